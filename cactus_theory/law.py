@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory import divergences, validate
-from cactus_theory.rules.base import BranchRule, DecisionRule, Rule, TargetRule
+from cactus_theory.rules.base import BranchRule, DecisionRule, Rule, TargetRule, branch_scale
 
 Array = np.ndarray
 
@@ -112,26 +112,26 @@ def branch_rule_law(raised: Array, target_probs: Array, draft_probs: Array) -> A
 
     ``raised`` may be capped at p (min(γ_n, p_n)): accepted branches contribute p_n e_n
     whatever their γ_n, and rejected ones have γ_n < p_n, so the cap changes nothing.
+    Tokens with q_i = 0 (or p_i/q_i beyond float range) never receive residual mass.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(target_probs > 0, draft_probs / target_probs, np.inf)
-        scale = np.where(target_probs < 1.0, (1.0 - raised) / (1.0 - target_probs), 0.0)
         accept = np.where(draft_probs > 0, np.minimum(1.0, raised / draft_probs), 0.0)
-    weighted_ratio = np.where(target_probs > 0, draft_probs, 0.0)
-    # Z_n = Σ_i q_i (s_n − ρ_i)_+ minus the i = n term.
-    own_hinge = np.where(target_probs > 0, target_probs * np.maximum(scale - ratio, 0.0), 0.0)
+    scale = branch_scale(raised, target_probs)
+    support = np.isfinite(ratio)
+    finite_ratio = np.where(support, ratio, 0.0)
+    # Z_n = Σ_i q_i (s_n − ρ_i)_+ minus the i = n term (0 when n is rejected: γ_n < p_n).
+    weighted_ratio = np.where(support, draft_probs, 0.0)
+    own_hinge = np.where(support, target_probs * np.maximum(scale - finite_ratio, 0.0), 0.0)
     residual_mass = hinge_sums(ratio, target_probs, weighted_ratio, scale) - own_hinge
     rejected = draft_probs * (1.0 - accept)
     with np.errstate(divide="ignore", invalid="ignore"):
         coeff = np.where((rejected > 0) & (residual_mass > 0), rejected / residual_mass, 0.0)
-    # Σ_n c_n (s_n − ρ_i)_+ = Σ_n c_n s_n − ρ_i Σ_n c_n + Σ_n c_n (ρ_i − s_n)_+ .
-    total_coeff = coeff.sum(axis=-1, keepdims=True)
-    total_product = (coeff * scale).sum(axis=-1, keepdims=True)
-    finite_ratio = np.where(target_probs > 0, ratio, 0.0)
-    below = hinge_sums(scale, coeff, coeff * scale, finite_ratio)
-    spread = total_product - finite_ratio * total_coeff + below
+    # G(ρ_i) = Σ_n c_n (s_n − ρ_i)_+, a hinge sum "from above" (negated thresholds), so
+    # a ρ_i above every s_n gives exactly 0 rather than a cancellation.
+    spread = hinge_sums(-scale, coeff, -coeff * scale, -finite_ratio)
     own = coeff * np.maximum(scale - finite_ratio, 0.0)
-    from_rejections = np.where(target_probs > 0, target_probs * np.maximum(spread - own, 0.0), 0.0)
+    from_rejections = np.where(support, target_probs * np.maximum(spread - own, 0.0), 0.0)
     return draft_probs * accept + from_rejections
 
 

@@ -2,8 +2,9 @@
 
 Each check raises ``ValueError`` whose message starts with the argument's name, so a user
 sees at once *which* input is wrong and *why*. Nothing here ever repairs garbage silently;
-the one repair it makes is documented: a row that sums to 1 within ``SIMPLEX_ATOL`` is
-divided by its sum, so that downstream identities (SpS emits q exactly) hold to rounding.
+the one repair it makes is documented: a row that sums to 1 within ``SIMPLEX_ATOL`` (but
+not within ``RENORMALISE_ATOL``) is divided by its sum, so that downstream identities (SpS
+emits q exactly, every law sums to 1) hold to rounding.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 
 #: A probability row is accepted when ``|sum(row) - 1| <= SIMPLEX_ATOL``.
 SIMPLEX_ATOL = 1e-6
+#: Accepted rows whose sum is off by more than this are divided by their sum.
+RENORMALISE_ATOL = 1e-12
 
 
 def distribution(name: str, values: object, *, atol: float = SIMPLEX_ATOL) -> np.ndarray:
@@ -22,7 +25,8 @@ def distribution(name: str, values: object, *, atol: float = SIMPLEX_ATOL) -> np
 
     Raises ``ValueError`` naming ``name`` for: a non-numeric or empty array, a scalar,
     NaN or inf, negative entries, or a row whose sum differs from 1 by more than ``atol``.
-    Rows within tolerance are renormalised exactly (``row / row.sum()``).
+    Rows within tolerance are renormalised (``row / row.sum()``) unless already within
+    ``RENORMALISE_ATOL`` of 1, so validating twice changes nothing.
     """
     try:
         array = np.asarray(values, dtype=np.float64)
@@ -48,7 +52,9 @@ def distribution(name: str, values: object, *, atol: float = SIMPLEX_ATOL) -> np
     if np.any(off > atol):
         worst = float(sums.reshape(-1)[np.argmax(off.reshape(-1))])
         raise ValueError(f"{name}: rows must sum to 1 within {atol:g}; a row sums to {worst:.9g}")
-    return array / sums
+    # Rows within RENORMALISE_ATOL of 1 pass through unchanged, which makes validation
+    # idempotent: validating an already validated row never moves it by an ulp.
+    return np.where(off > RENORMALISE_ATOL, array / sums, array)
 
 
 def pair(target: object, draft: object) -> tuple[np.ndarray, np.ndarray]:

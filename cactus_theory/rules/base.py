@@ -171,14 +171,19 @@ class BranchRule(Rule):
         index = np.asarray(tokens)[..., None]
         target_mass = np.take_along_axis(target_probs, index, axis=-1)
         raised = self.raised_mass(target_mass)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scale = np.where(target_mass < 1.0, (1.0 - raised) / (1.0 - target_mass), 0.0)
+        scale = branch_scale(raised, target_mass)
         adjusted = target_probs * scale
         np.put_along_axis(adjusted, index, raised, axis=-1)
         return adjusted
 
     def residuals_for(self, target_probs: Array, draft_probs: Array, tokens: Array) -> Array:
         return gsps_residual(self.targets_for(target_probs, draft_probs, tokens), draft_probs)
+
+
+def branch_scale(raised: Array, target_mass: Array) -> Array:
+    """s_n = (1 − γ_n)/(1 − q_n), the factor on q_i (i ≠ n); 1 when q_n = 1 (then h = q)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(target_mass < 1.0, (1.0 - raised) / (1.0 - target_mass), 1.0)
 
 
 class DecisionRule(Rule):

@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import special
 
 from cactus_theory import divergences, roots, validate
 from cactus_theory.rules.base import TargetRule
@@ -62,28 +61,41 @@ class Frontier(TargetRule):
 
 def _phi(t: Array) -> Array:
     """φ(t) = t log t − t + 1 >= 0, the per-unit-q KL contribution of h = t q."""
-    return special.kl_div(t, 1.0)
+    return divergences.kl_terms(t, np.ones_like(t))
+
+
+def _prefix(values: Array) -> Array:
+    """[..., V+1]: Σ of the first j values, j = 0..V."""
+    zero = np.zeros(values.shape[:-1] + (1,))
+    return np.concatenate([zero, np.cumsum(values, axis=-1)], axis=-1)
+
+
+def _suffix(values: Array) -> Array:
+    """[..., V+1]: Σ of the values from index j on, j = 0..V (summed from the end, so a
+    tiny mass at a large ratio is not lost next to the O(1) masses before it)."""
+    return _prefix(values[..., ::-1])[..., ::-1]
 
 
 class _SortedRows:
-    """Per-row sorted ratios and prefix sums that make every evaluation O(V)."""
+    """Per-row sorted ratios with prefix and suffix sums: every evaluation is O(V)."""
 
     def __init__(self, target_probs: Array, draft_probs: Array) -> None:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.where(target_probs > 0, draft_probs / target_probs, np.inf)
         order = np.argsort(ratio, axis=-1, kind="stable")
         self.ratio = np.take_along_axis(ratio, order, axis=-1)
         target_sorted = np.take_along_axis(target_probs, order, axis=-1)
         draft_sorted = np.take_along_axis(draft_probs, order, axis=-1)
         finite = np.isfinite(self.ratio)
-        kl_terms = np.where(finite, special.kl_div(draft_sorted, target_sorted), 0.0)
-        zero = np.zeros(target_probs.shape[:-1] + (1,))
-        self.target_cum = np.concatenate([zero, np.cumsum(target_sorted, axis=-1)], axis=-1)
-        self.draft_cum = np.concatenate([zero, np.cumsum(draft_sorted, axis=-1)], axis=-1)
-        self.kl_cum = np.concatenate([zero, np.cumsum(kl_terms, axis=-1)], axis=-1)
-        # D at each breakpoint: D(r_k) = r_k Q[k] − P[k] (elements strictly before k).
-        with np.errstate(invalid="ignore"):
-            lift = self.ratio * self.target_cum[..., :-1] - self.draft_cum[..., :-1]
+        kl_terms = np.where(finite, divergences.kl_terms(draft_sorted, target_sorted), 0.0)
+        self.target_below = _prefix(target_sorted)  # lifted side: small ratios
+        self.draft_below = _prefix(draft_sorted)
+        self.target_above = _suffix(target_sorted)  # capped side: large ratios
+        self.draft_above = _suffix(draft_sorted)
+        self.kl_below = _prefix(kl_terms)
+        # D at each breakpoint: D(r_k) = r_k Q[<k] − P[<k] (elements strictly before k).
+        with np.errstate(invalid="ignore", over="ignore"):
+            lift = self.ratio * self.target_below[..., :-1] - self.draft_below[..., :-1]
         self.lift_at_breaks = np.where(finite, lift, np.inf)
         self.max_finite_ratio = np.max(np.where(finite, self.ratio, 0.0), axis=-1)
 
@@ -98,20 +110,21 @@ class _SortedRows:
         compare = np.less if strict else np.less_equal
         return compare(self.ratio, value[..., None]).sum(axis=-1)
 
-    def gather(self, prefix: Array, count: Array) -> Array:
-        return np.take_along_axis(prefix, count[..., None], axis=-1)[..., 0]
+    @staticmethod
+    def gather(sums: Array, count: Array) -> Array:
+        return np.take_along_axis(sums, count[..., None], axis=-1)[..., 0]
 
     def lift_for_cap(self, cap: Array) -> Array:
         """c_lo with D(c_lo) = E(cap): the lift that puts back the mass the cap removes."""
-        above = self.count_below(cap, strict=False)
-        target_above = self.target_cum[..., -1] - self.gather(self.target_cum, above)
-        draft_above = self.draft_cum[..., -1] - self.gather(self.draft_cum, above)
-        excess = np.maximum(draft_above - cap * target_above, 0.0)
+        capped = self.count_below(cap, strict=False)
+        target_above = self.gather(self.target_above, capped)
+        draft_above = self.gather(self.draft_above, capped)
+        with np.errstate(invalid="ignore"):
+            excess = np.maximum(draft_above - np.where(target_above > 0, cap * target_above, 0), 0)
         # The lift lies in [r_{m−1}, r_m] with m = #{k : D(r_k) <= excess} >= 1.
-        segment = (self.lift_at_breaks <= excess[..., None]).sum(axis=-1)
-        segment = np.maximum(segment, 1)
-        lift = (excess + self.gather(self.draft_cum, segment)) / self.gather(
-            self.target_cum, segment
+        segment = np.maximum((self.lift_at_breaks <= excess[..., None]).sum(axis=-1), 1)
+        lift = (excess + self.gather(self.draft_below, segment)) / self.gather(
+            self.target_below, segment
         )
         return np.minimum(lift, cap)
 
@@ -120,10 +133,12 @@ class _SortedRows:
         lift = self.lift_for_cap(cap)
         low = self.count_below(lift, strict=True)
         high = self.count_below(cap, strict=False)
-        target_low = self.gather(self.target_cum, low)
-        target_high = self.target_cum[..., -1] - self.gather(self.target_cum, high)
-        middle = self.gather(self.kl_cum, high) - self.gather(self.kl_cum, low)
-        return target_low * _phi(lift) + middle + target_high * _phi(cap)
+        middle = self.gather(self.kl_below, high) - self.gather(self.kl_below, low)
+        target_low = self.gather(self.target_below, low)
+        target_high = self.gather(self.target_above, high)
+        with np.errstate(invalid="ignore"):
+            capped_part = np.where(target_high > 0, target_high * _phi(cap), 0.0)
+        return target_low * _phi(lift) + np.maximum(middle, 0.0) + capped_part
 
 
 def frontier_constants(
@@ -153,15 +168,20 @@ def _solve_caps(target_rows: Array, draft_rows: Array, delta: float) -> tuple[Ar
     cap = upper.copy()
     # The curve can end before KL reaches δ (draft mass where q = 0): then take its end.
     reaches = sorted_rows.kl_for_cap(upper) > delta
-    rows = np.flatnonzero(reaches & (upper > 1.0))
+    # A budget below the rounding noise of KL at c = 1 (h = q) keeps h = q.
+    starts_below = sorted_rows.kl_for_cap(np.ones_like(upper)) < delta
+    cap[~starts_below] = 1.0
+    rows = np.flatnonzero(reaches & starts_below & (upper > 1.0))
     if rows.size:
 
-        def excess_kl(c: Array, row: Array) -> Array:
-            return sorted_rows.take(row.astype(np.intp)).kl_for_cap(c) - delta
+        def excess_kl(log_cap: Array, row: Array) -> Array:
+            return sorted_rows.take(row.astype(np.intp)).kl_for_cap(np.exp(log_cap)) - delta
 
-        cap[rows] = roots.feasible_root(
-            excess_kl, np.ones(rows.size), upper[rows], args=(rows.astype(np.float64),)
+        # Solve in log c: the bracket [1, max ratio] can span hundreds of decades.
+        log_cap = roots.feasible_root(
+            excess_kl, np.zeros(rows.size), np.log(upper[rows]), args=(rows.astype(np.float64),)
         )
+        cap[rows] = np.minimum(np.exp(log_cap), upper[rows])
     return sorted_rows.lift_for_cap(cap), cap
 
 
@@ -172,5 +192,6 @@ def frontier_target(target_probs: Array, draft_probs: Array, delta: float) -> Ar
     lift, cap = frontier_constants(target_probs, draft_probs, delta)
     with np.errstate(invalid="ignore"):
         upper = np.where(target_probs > 0, cap[..., None] * target_probs, 0.0)
-    adjusted = np.clip(draft_probs, lift[..., None] * target_probs, upper)
-    return adjusted / adjusted.sum(axis=-1, keepdims=True)
+    # Not renormalised: the lift already makes Σ h = 1 (to rounding), and dividing by the
+    # sum would move the tokens that keep h_x = p_x off p_x.
+    return np.clip(draft_probs, lift[..., None] * target_probs, upper)

@@ -1,0 +1,26 @@
+import os
+
+from hypothesis import HealthCheck, settings
+
+# A fixed, derandomised profile in CI so failures reproduce; locally the default profile
+# explores more. Deadlines are off: the shared CI machine is noisy and timing is not a test.
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
