@@ -72,9 +72,25 @@ def exact_raised_mass(
     name = divergences.check_name(divergence)
     bound = None if cap is None else np.broadcast_to(np.asarray(cap, dtype=np.float64), q_n.shape)
     if name in CLOSED_FORM or budget == 0.0:
-        raised = _closed_form(q_n, budget, name)
+        raised = _feasible_side(_closed_form(q_n, budget, name), q_n, budget, name)
         return raised if bound is None else np.minimum(raised, bound)
     return _root_raised_mass(q_n, budget, name, bound)
+
+
+def _feasible_side(raised: Array, q_n: Array, budget: float, name: str) -> Array:
+    """Step a closed-form γ down by ulps while rounding puts it over budget (rarely > 1).
+
+    Closed forms are exact in real arithmetic, but e.g. q_n + δ rounds; this makes
+    D(γ) <= δ hold as computed, as the roots guarantee.
+    """
+    result = np.array(raised, dtype=np.float64, copy=True)
+    for _ in range(8):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = (divergences.binary(name, result, q_n) > budget) & (result > q_n)
+        if not np.any(over):
+            break
+        result[over] = np.maximum(np.nextafter(result[over], -np.inf), q_n[over])
+    return result
 
 
 def _closed_form(q_n: Array, budget: float, name: str) -> Array:
@@ -86,7 +102,8 @@ def _closed_form(q_n: Array, budget: float, name: str) -> Array:
         return np.minimum(1.0, q_n + budget)
     if budget >= 1.0:  # hellinger: H² <= 1 always
         return np.ones_like(q_n)
-    angle = np.minimum(np.pi / 2, np.arcsin(np.sqrt(q_n)) + np.arccos(1.0 - budget))
+    # acos(1 − δ) = 2 asin(√(δ/2)), the second form keeps full precision for small δ.
+    angle = np.minimum(np.pi / 2, np.arcsin(np.sqrt(q_n)) + 2.0 * np.arcsin(np.sqrt(budget / 2)))
     # sin² can round a hair below q_n when the added angle is tiny; γ* >= q_n always.
     return np.clip(np.sin(angle) ** 2, q_n, 1.0)
 
@@ -100,7 +117,9 @@ def _upper_bracket(q_n: Array, delta: float, name: str) -> Array:
     if name == "reverse-kl":
         with np.errstate(divide="ignore", invalid="ignore"):
             q_log_q = np.where(q_n > 0, q_n * np.log(np.where(q_n > 0, q_n, 1.0)), 0.0)
-            upper = 1.0 - (1.0 - q_n) * np.exp(-(delta - q_log_q) / (1.0 - q_n))
+            exponent = -(delta - q_log_q) / (1.0 - q_n)
+            # 1 − (1 − q) e^t = −expm1(t) + q e^t: no cancellation when t is tiny.
+            upper = -np.expm1(exponent) + q_n * np.exp(exponent)
         return np.where(q_n < 1.0, upper, 1.0)
     return np.ones_like(q_n)
 
