@@ -258,7 +258,7 @@ def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
                 edgecolor="black",
                 linewidth=0.5,
                 zorder=4,
-                label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k=1, 3)",
+                label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k as labelled)",
             )
             series.setdefault(name, []).append((kl, row["acceptance"]))
             if not _finite(kl):
@@ -468,7 +468,7 @@ def figure_al_vs_delta(results: Results, folder: Path) -> Figure:
         "how much longer the accepted prefix gets as δ grows. When per-position acceptance α "
         "is well below 1, AL saturates near α/(1−α) and hardly grows with k: the extra drafts "
         "of a larger k are mostly thrown away. Differences smaller than the intervals are "
-        "noise (the quick mode decodes few tokens per cell)."
+        "noise (--quick decodes far fewer tokens per cell than the full run)."
     )
     return Figure("fig3_al_vs_delta", "AL vs δ", caption, png, svg, series)
 

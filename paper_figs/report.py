@@ -61,7 +61,7 @@ def run_claims(
         module = importlib.import_module("proofs_check")
         runner = module.run
     except (ImportError, AttributeError) as error:
-        return None, f"claims check unavailable: proofs_check.run could not be loaded ({error})."
+        return None, f"proofs_check.run could not be loaded ({error})."
     result = runner(quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache"))
     (out / "claims.json").write_text(json.dumps(result, indent=1, default=str))
     to_markdown = getattr(module, "to_markdown", None)
@@ -331,7 +331,8 @@ def render(
         parts.append(claims_table(claims))
         parts.append("<p>Full result: <code>claims.json</code>.</p>")
     parts.append("<h2>Figures</h2>")
-    for number, figure in enumerate(drawn, start=1):
+    for figure in drawn:
+        number = int(figure.name[3])  # fig<N>_...: the numbering, kept when one is missing
         parts.append(
             f"<figure id='{figure.name}'><img src='figures/{figure.png.name}' "
             f"alt='{html.escape(figure.title)}'><figcaption><b>Figure {number}. "

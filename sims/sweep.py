@@ -192,7 +192,7 @@ FULL = SweepConfig(
         TextSource(
             name="text-T1",
             sampling=PLAIN_SETTING,
-            contexts=600,
+            contexts=200,
             decode_rules=(
                 "sps",
                 "tas",
