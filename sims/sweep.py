@@ -108,9 +108,11 @@ class SweepConfig:
     pool_decode_rules: tuple[str, ...] = (
         "sps",
         "tas",
+        "cactus:delta=0.1",
         "cactus:delta=1.0",
-        "cactus-exact:delta=1.0",
-        "frontier:delta=1.0",
+        "cactus-exact:delta=0.1",
+        "frontier:delta=0.1",
+        "pareto:spread=1.0",
     )
     text: tuple[TextSource, ...] = (TextSource(),)
     text_sequences: int = 128
