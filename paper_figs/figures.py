@@ -500,7 +500,8 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
                 ks,
                 speed,
                 color=COLORS[name],
-                label=f"{points[0]['label']} (α={points[0]['alpha']:.2f})",
+                label=f"{'TAS (ε=0.09)' if name == 'tas' else points[0]['label']}: "
+                f"acceptance {points[0]['alpha']:.2f}",
             )
             axis.scatter([ks[best]], [speed[best]], color=COLORS[name], s=25, zorder=4)
             series[cost][rule] = list(zip(ks, speed, strict=True))
