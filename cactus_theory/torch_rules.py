@@ -268,10 +268,12 @@ class _SortedRows:
 
 
 def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: bisection on log c_hi in [0, log max r].
+    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
 
-    KL(h(c)‖q) increases with c; the loop keeps the feasible end (KL <= δ as computed) and
-    stops when the bracket is a few ulps wide.
+    KL(h(c)‖q) increases with c. The Illinois method (regula falsi that halves the stale
+    end's value) keeps a bracket [a, b] with KL(a) <= δ < KL(b) and shrinks both ends
+    superlinearly; a row stops when its bracket is a few ulps wide, and the feasible end a
+    is returned, so KL(h‖q) <= δ as computed.
     """
     sorted_rows = _SortedRows(target_rows, draft_rows)
     upper = torch.clamp(sorted_rows.max_finite_ratio, min=1.0)
@@ -280,19 +282,30 @@ def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[
     if bool(torch.any(reaches).item()):
         where = reaches.nonzero(as_tuple=True)[0]
         sub = sorted_rows.select(where)
-        lo = torch.zeros_like(upper[where])
-        hi = torch.log(upper[where])
+        low, high = torch.ones_like(upper[where]), upper[where].clone()
+        f_low = sub.kl_for_cap(low) - delta
+        f_high = sub.kl_for_cap(high) - delta
+        side = torch.zeros_like(low)
+        done = f_low >= 0  # cannot happen for KL(p‖q) > δ > 0, but never loop on it
         for iteration in range(200):
-            mid = 0.5 * (lo + hi)
-            feasible = sub.kl_for_cap(torch.exp(mid)) <= delta
-            lo, hi = torch.where(feasible, mid, lo), torch.where(feasible, hi, mid)
-            if iteration % 16 == 15 and bool(torch.all(hi - lo <= 4e-16 * hi).item()):
+            secant = (low * f_high - high * f_low) / (f_high - f_low)
+            inside = torch.isfinite(secant) & (secant > low) & (secant < high)
+            point = torch.where(inside, secant, 0.5 * (low + high))
+            f_point = sub.kl_for_cap(point) - delta
+            feasible = (f_point <= 0) & ~done
+            infeasible = (f_point > 0) & ~done
+            f_high = torch.where(feasible & (side < 0), 0.5 * f_high, f_high)
+            f_low = torch.where(infeasible & (side > 0), 0.5 * f_low, f_low)
+            low, f_low = torch.where(feasible, point, low), torch.where(feasible, f_point, f_low)
+            high, f_high = (
+                torch.where(infeasible, point, high),
+                torch.where(infeasible, f_point, f_high),
+            )
+            side = torch.where(feasible, -1.0, torch.where(infeasible, 1.0, side))
+            done = done | (high - low <= 4e-16 * high) | (f_low == 0)
+            if iteration % 4 == 3 and bool(torch.all(done).item()):
                 break
-        # lo is feasible by construction; exp(lo) may round up past it, so check once more.
-        solved = torch.exp(lo)
-        over = sub.kl_for_cap(solved) > delta
-        solved = torch.where(over, torch.nextafter(solved, torch.zeros_like(solved)), solved)
-        cap[where] = solved
+        cap[where] = low
     return sorted_rows.lift_for_cap(cap), cap
 
 

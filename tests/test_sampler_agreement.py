@@ -36,6 +36,15 @@ RULE_SPECS = [
 NEAR = 1e-5
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Small tensors: one intra-op thread avoids oversubscribing CI's two cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def random_block(seed, batch=1500, steps=4, vocab=16, dtype=torch.float64):
     """Sparse-ish Dirichlet rows (some exact zeros), drafts sampled from the draft rows."""
     rng = np.random.default_rng(seed)
