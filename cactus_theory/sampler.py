@@ -75,17 +75,21 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
     """Token ids [...] from rows ``probs [..., V]`` (need not sum to 1) and uniforms [...].
 
-    The first index whose cumulative sum exceeds u · Σ row; past the end, the last index
-    with positive mass (index V − 1 for a row without any). Always in [0, V).
+    The first index whose cumulative sum exceeds u · Σ row (a binary search on the
+    cumulative sum, which is nondecreasing). If rounding puts u · Σ at or past the end, the
+    first index where the cumulative sum reaches its total: the last token with positive
+    mass (a trailing mass too small to change the float sum is skipped), so the result
+    always has positive mass when the row has any (a row without mass gives 0). Always in
+    [0, V).
     """
     vocab = probs.shape[-1]
     cumulative = torch.cumsum(probs, dim=-1)
-    threshold = (uniforms.to(torch.float64) * cumulative[..., -1].to(torch.float64)).to(probs.dtype)
-    index = (cumulative <= threshold[..., None]).sum(dim=-1)
-    positions = torch.arange(vocab, device=probs.device)
-    last_positive = torch.where(probs > 0, positions, -1).amax(dim=-1)
-    fallback = torch.where(last_positive >= 0, last_positive, vocab - 1)
-    return torch.where(index >= vocab, fallback, index).clamp(0, vocab - 1)
+    total = cumulative[..., -1:].contiguous()
+    threshold = (uniforms.to(torch.float64)[..., None] * total.to(torch.float64)).to(probs.dtype)
+    index = torch.searchsorted(cumulative, threshold, right=True)
+    last_positive = torch.searchsorted(cumulative, total, right=False)
+    chosen = torch.where(index >= vocab, last_positive, index)[..., 0]
+    return chosen.clamp(0, vocab - 1)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -106,12 +110,16 @@ def check_probs(name: str, probs: Tensor) -> None:
     if probs.numel() == 0:
         return
     tolerance = SUM_TOLERANCE[probs.dtype]
-    finite = torch.isfinite(probs).all()
-    nonnegative = (probs >= 0).all()
-    sums = probs.to(compute_dtype(probs.dtype)).sum(dim=-1)
-    worst = (sums - 1.0).abs().amax()
+    # Two reductions cover every check: a NaN or inf anywhere makes its row sum non-finite,
+    # and a negative entry shows in the row minimum.
+    sums = probs.sum(dim=-1, dtype=compute_dtype(probs.dtype))
+    lowest = probs.amin(dim=-1)
     finite, nonnegative, worst = torch.stack(
-        [finite.double(), nonnegative.double(), worst.double()]
+        [
+            torch.isfinite(sums).all().double(),
+            (lowest >= 0).all().double(),
+            (sums - 1.0).abs().amax().double(),
+        ]
     ).tolist()
     if not finite:
         raise ValueError(f"{name}: contains NaN or inf")
@@ -187,6 +195,13 @@ def _uniforms(
     return drawn[:, :steps], drawn[:, steps]
 
 
+def _rows_at(probs: Tensor, positions: Tensor) -> Tensor:
+    """probs[b, positions[b]] for every b, [B, V], as one contiguous row gather."""
+    batch, steps, vocab = probs.shape
+    flat_index = torch.arange(batch, device=probs.device) * steps + positions
+    return probs.reshape(batch * steps, vocab).index_select(0, flat_index)
+
+
 def _take(state, rows: Tensor, positions: Tensor):
     """The per-position state at (rows, positions): tensors, tuples of them, or None."""
     if state is None:
@@ -244,8 +259,8 @@ def verify(
         num_accepted = torch.cumprod(accepted.to(torch.int64), dim=1).sum(dim=1)
         stop = num_accepted.clamp(max=steps - 1)
         residual = adapter.residual(
-            target[rows, stop].to(dtype),
-            draft[rows, stop].to(dtype),
+            _rows_at(target, stop).to(dtype),
+            _rows_at(draft, stop).to(dtype),
             safe_ids[rows, stop],
             _take(state, rows, stop),
         )

@@ -46,9 +46,9 @@ def gsps_residual(adjusted: Tensor, draft_probs: Tensor) -> Tensor:
 
     Unnormalised: the sampler's inverse CDF scales its uniform by the row total.
     """
-    excess = torch.clamp(adjusted - draft_probs, min=0.0)
-    empty = excess.sum(dim=-1, keepdim=True) <= 0
-    return torch.where(empty, adjusted, excess)
+    excess = torch.clamp_(adjusted - draft_probs, min=0.0)
+    empty = (excess.sum(dim=-1, keepdim=True) <= 0).to(excess.dtype)
+    return excess.addcmul_(empty, adjusted)  # + h on rows whose excess is all zero
 
 
 def kl_div(x: Tensor, y: Tensor) -> Tensor:
