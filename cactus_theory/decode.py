@@ -325,6 +325,21 @@ def _positions_of_prompt(mask: Tensor) -> Tensor:
     return (mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
+def parse_rule(rule: Rule | str) -> Rule:
+    """A rule object, or one parsed from a spec such as ``"cactus:delta=1.0"``."""
+    if isinstance(rule, Rule):
+        return rule
+    if not isinstance(rule, str):
+        raise ValueError(f"rule: expected a rule or a spec string, got {type(rule).__name__}")
+    try:
+        return rules_module.parse(rule)
+    except ValueError as error:
+        message = str(error)
+        if message.startswith(("name:", "spec:")):  # about the spec itself, not a parameter
+            raise ValueError(f"rule: {message.split(': ', 1)[1]}") from None
+        raise
+
+
 # --- speculative decoding --------------------------------------------------------------------
 
 
@@ -350,9 +365,7 @@ def speculative_generate(
     with an optional left-padding ``attention_mask``. See the module docstring for the
     ragged-batch method, stopping and randomness.
     """
-    rule = rules_module.parse(rule) if isinstance(rule, str) else rule
-    if not isinstance(rule, Rule):
-        raise ValueError(f"rule: expected a rule or a spec string, got {type(rule).__name__}")
+    rule = parse_rule(rule)
     steps_per_call = validate.positive_int("k", k)
     settings = _settings(temperature, top_k, top_p)
     _check_generator(generator)

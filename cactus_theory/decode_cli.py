@@ -111,7 +111,9 @@ def rule_from_args(args: argparse.Namespace) -> rules.Rule:
     spec = args.rule
     if extra:
         spec += ("," if ":" in spec else ":") + ",".join(extra)
-    return rules.parse(spec)
+    from cactus_theory.decode import parse_rule
+
+    return parse_rule(spec)
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 DEVICE = torch.device(os.environ.get("CACTUS_TEST_DEVICE", "cpu"))
 
 
-def llama(seed=0, vocab=97, layers=2, hidden=32, dtype=torch.float64):
+def llama(seed=0, vocab=97, layers=2, hidden=32, dtype=torch.float64, init=0.02):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -23,6 +23,7 @@ def llama(seed=0, vocab=97, layers=2, hidden=32, dtype=torch.float64):
         num_key_value_heads=2,
         intermediate_size=2 * hidden,
         max_position_embeddings=512,
+        initializer_range=init,
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
