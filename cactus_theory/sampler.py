@@ -298,12 +298,12 @@ def adjusted_targets_dense(rule: Rule, target_probs: Tensor, draft_probs: Tensor
         if rule.delta == 0:
             return target_probs
         batch, steps, vocab = target_probs.shape
-        lift, cap = torch_rules.frontier_constants(
+        solved = torch_rules.frontier_solve(
             target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), rule.delta
         )
-        lift, cap = lift.reshape(batch, steps), cap.reshape(batch, steps)
+        lift, cap, total = (value.reshape(batch, steps) for value in solved)
         adjusted = torch_rules.frontier_unnormalised(target_probs, draft_probs, lift, cap)
-        return adjusted / adjusted.sum(dim=-1, keepdim=True)
+        return adjusted / total[..., None].to(adjusted.dtype)
     if isinstance(rule, DecisionRule):
         raise ValueError(f"rule: {rule.name} is a decision rule; it has no target h")
     return target_probs  # sps

@@ -260,6 +260,17 @@ class _SortedRows:
         one = torch.ones_like(cap)
         return target_low * kl_div(lift, one) + middle + target_high * kl_div(cap, one)
 
+    def total_for(self, lift: Tensor, cap: Tensor) -> Tensor:
+        """Σ clip(p, c_lo q, c_hi q) = c_lo Q(r < c_lo) + P(c_lo <= r <= c_hi) + c_hi Q(r > c_hi).
+
+        Q and P are the target and draft masses of the tokens with ratios r in each range.
+        """
+        low = _count(self.ratio, lift, strict=True)
+        high = _count(self.ratio, cap, strict=False)
+        middle = self._at(self.draft_cum, high) - self._at(self.draft_cum, low)
+        above = self.target_cum[:, -1] - self._at(self.target_cum, high)
+        return lift * self._at(self.target_cum, low) + middle + cap * above
+
     def select(self, rows: Tensor) -> _SortedRows:
         subset = object.__new__(_SortedRows)
         for key, value in vars(self).items():
@@ -267,8 +278,8 @@ class _SortedRows:
         return subset
 
 
-def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
+def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float):
+    """(c_lo, c_hi, Σ h) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
 
     KL(h(c)‖q) increases with c. The Illinois method (regula falsi that halves the stale
     end's value) keeps a bracket [a, b] with KL(a) <= δ < KL(b) and shrinks both ends
@@ -306,27 +317,29 @@ def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[
             if iteration % 4 == 3 and bool(torch.all(done).item()):
                 break
         cap[where] = low
-    return sorted_rows.lift_for_cap(cap), cap
+    lift = sorted_rows.lift_for_cap(cap)
+    return lift, cap, sorted_rows.total_for(lift, cap)
 
 
 #: Elements (rows × V) the frontier solve handles at once, by device type.
 FRONTIER_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 23}
 
 
-def frontier_constants(
-    target_rows: Tensor, draft_rows: Tensor, delta: float
-) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``.
+def frontier_solve(target_rows: Tensor, draft_rows: Tensor, delta: float):
+    """(c_lo, c_hi, Σ clip(p, c_lo q, c_hi q)) per row of [R, V], all float64.
 
-    Rows with KL(p‖q) <= δ get (0, +inf) (h = p); δ = 0 gives (1, 1) (h = q). Rows are
-    solved in chunks of ``FRONTIER_CHUNK`` elements to bound memory.
+    The twin of ``rules.frontier_constants``: rows with KL(p‖q) <= δ get (0, +inf) (h = p);
+    δ = 0 gives (1, 1) (h = q). The normaliser comes from the same prefix sums, so the
+    acceptance of a drafted token needs no pass over h. Rows are solved in chunks of
+    ``FRONTIER_CHUNK`` elements to bound memory.
     """
     rows, vocab = target_rows.shape
     device = target_rows.device
     lift = torch.ones(rows, dtype=torch.float64, device=device)
     cap = torch.ones(rows, dtype=torch.float64, device=device)
+    total = torch.ones(rows, dtype=torch.float64, device=device)
     if delta <= 0 or rows == 0:
-        return lift, cap
+        return lift, cap, total
     step = max(1, FRONTIER_CHUNK.get(device.type, 1 << 23) // vocab)
     for start in range(0, rows, step):
         target = target_rows[start : start + step].to(torch.float64)
@@ -334,11 +347,19 @@ def frontier_constants(
         fits = kl_div(draft, target).sum(dim=-1) <= delta
         lift[start : start + step] = torch.where(fits, 0.0, 1.0)
         cap[start : start + step] = torch.where(fits, math.inf, 1.0)
+        total[start : start + step] = torch.where(target > 0, draft, 0.0).sum(dim=-1)
         todo = (~fits).nonzero(as_tuple=True)[0]
         if todo.numel():
-            solved_lift, solved_cap = _solve_caps(target[todo], draft[todo], delta)
-            lift[start + todo] = solved_lift
-            cap[start + todo] = solved_cap
+            solved = _solve_caps(target[todo], draft[todo], delta)
+            lift[start + todo], cap[start + todo], total[start + todo] = solved
+    return lift, cap, total
+
+
+def frontier_constants(
+    target_rows: Tensor, draft_rows: Tensor, delta: float
+) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``."""
+    lift, cap, _ = frontier_solve(target_rows, draft_rows, delta)
     return lift, cap
 
 
@@ -436,21 +457,22 @@ class TorchFrontier(TorchRule):
         if self.rule.delta == 0:
             return gsps_accept(target_at, draft_at), None
         batch, steps, vocab = target_probs.shape
-        lift, cap = frontier_constants(
+        solved = frontier_solve(
             target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), self.rule.delta
         )
-        lift, cap = lift.reshape(batch, steps), cap.reshape(batch, steps)
-        total = frontier_unnormalised(target_probs, draft_probs, lift, cap).sum(dim=-1)
+        lift, cap, total = (value.reshape(batch, steps) for value in solved)
         lift_at, cap_at = lift.to(target_at.dtype), cap.to(target_at.dtype)
         upper = torch.where(target_at > 0, cap_at * target_at, torch.zeros_like(target_at))
-        adjusted_at = torch.minimum(torch.maximum(draft_at, lift_at * target_at), upper) / total
+        clipped = torch.minimum(torch.maximum(draft_at, lift_at * target_at), upper)
+        adjusted_at = clipped / total.to(target_at.dtype)
         return gsps_accept(adjusted_at, draft_at), (lift, cap, total)
 
     def residual(self, target_row, draft_row, draft_id, state):
         if state is None:
             return gsps_residual(target_row, draft_row)
         lift, cap, total = state
-        adjusted = frontier_unnormalised(target_row, draft_row, lift, cap) / total[:, None]
+        adjusted = frontier_unnormalised(target_row, draft_row, lift, cap)
+        adjusted = adjusted / total[:, None].to(adjusted.dtype)
         return gsps_residual(adjusted, draft_row)
 
 
