@@ -263,12 +263,19 @@ def train(settings: PairSettings, progress: bool = True) -> dict:
     import torch
 
     folder = pair_dir(settings)
-    manifest_path = folder / PAIR_MANIFEST
-    if manifest_path.exists():
-        return json.loads(manifest_path.read_text())
+    if (folder / PAIR_MANIFEST).exists():
+        return json.loads((folder / PAIR_MANIFEST).read_text())
     folder.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
     if settings.device == "cpu":
         torch.set_num_threads(settings.threads)
+    try:
+        return _train_pair(settings, folder, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_pair(settings: PairSettings, folder: Path, progress: bool) -> dict:
     tokenizer = wrapped_tokenizer(settings)
     perplexity, seconds, parameters = {}, {}, {}
     for role in ROLES:
@@ -299,7 +306,7 @@ def train(settings: PairSettings, progress: bool = True) -> dict:
         "parameters": parameters,
         "prompts": str(folder / PROMPTS_FILE),
     }
-    corpus.atomic_write_bytes(manifest_path, json.dumps(manifest, indent=2).encode())
+    corpus.atomic_write_bytes(folder / PAIR_MANIFEST, json.dumps(manifest, indent=2).encode())
     return manifest
 
 
