@@ -8,6 +8,8 @@ lies within ``NEAR`` (relative) of a cumulative boundary. Those have measure ~1e
 event; the test counts them, bounds their number and requires everything else to match.
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -34,6 +36,8 @@ RULE_SPECS = [
     "greedy",
 ]
 NEAR = 1e-5
+#: scripts/gpu_check.sh sets CACTUS_TEST_DEVICE=cuda to run these on the GPU.
+DEVICE = torch.device(os.environ.get("CACTUS_TEST_DEVICE", "cpu"))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -54,9 +58,9 @@ def random_block(seed, batch=1500, steps=4, vocab=16, dtype=torch.float64):
     draft[draft < 0.005] = 0.0
     target /= target.sum(-1, keepdims=True)
     draft /= draft.sum(-1, keepdims=True)
-    target_t = torch.tensor(target, dtype=dtype)
-    draft_t = torch.tensor(draft, dtype=dtype)
-    draft64 = draft_t.double().numpy()
+    target_t = torch.tensor(target, dtype=dtype, device=DEVICE)
+    draft_t = torch.tensor(draft, dtype=dtype, device=DEVICE)
+    draft64 = draft_t.double().cpu().numpy()
     cumulative = np.cumsum(draft64 / draft64.sum(-1, keepdims=True), axis=-1)
     ids = (cumulative <= rng.random((batch, steps, 1))).sum(-1).clip(0, vocab - 1)
     accept_u = rng.random((batch, steps))
@@ -99,15 +103,15 @@ def test_float64_inputs_give_identical_tokens(spec):
     tokens, accepted = sampler.verify(
         target,
         draft,
-        torch.tensor(ids),
+        torch.tensor(ids, device=DEVICE),
         rule,
         uniforms=(torch.tensor(accept_u), torch.tensor(sample_u)),
     )
     ref_tokens, ref_accepted, _, _ = reference_details(
-        rule, target.numpy(), draft.numpy(), ids, accept_u, sample_u
+        rule, target.cpu().numpy(), draft.cpu().numpy(), ids, accept_u, sample_u
     )
-    np.testing.assert_array_equal(accepted.numpy(), ref_accepted)
-    np.testing.assert_array_equal(tokens.numpy(), ref_tokens)
+    np.testing.assert_array_equal(accepted.cpu().numpy(), ref_accepted)
+    np.testing.assert_array_equal(tokens.cpu().numpy(), ref_tokens)
 
 
 @pytest.mark.parametrize("spec", RULE_SPECS)
@@ -115,14 +119,16 @@ def test_float32_inputs_agree_except_counted_near_ties(spec):
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=2, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
-    tokens, accepted = sampler.verify(target, draft, torch.tensor(ids), rule, uniforms=uniforms)
+    tokens, accepted = sampler.verify(
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms
+    )
     ref_tokens, ref_accepted, decision_tie, sample_tie = reference_details(
-        rule, target.double().numpy(), draft.double().numpy(), ids, accept_u, sample_u
+        rule, target.double().cpu().numpy(), draft.double().cpu().numpy(), ids, accept_u, sample_u
     )
     clean = ~decision_tie
-    np.testing.assert_array_equal(accepted.numpy()[clean], ref_accepted[clean])
+    np.testing.assert_array_equal(accepted.cpu().numpy()[clean], ref_accepted[clean])
     clean_tokens = clean & ~sample_tie
-    np.testing.assert_array_equal(tokens.numpy()[clean_tokens], ref_tokens[clean_tokens])
+    np.testing.assert_array_equal(tokens.cpu().numpy()[clean_tokens], ref_tokens[clean_tokens])
     excluded = int((~clean_tokens).sum())
     # Expected about (k + 1) x 2 NEAR = 1e-4 per row for the continuous rules (decision
     # rules compare masses with thresholds instead, with ties of the same order): far
@@ -138,10 +144,15 @@ def test_half_precision_inputs_are_computed_in_float32(spec, dtype):
     target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=600)
     target, draft = target.to(dtype), draft.to(dtype)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
-    low = sampler.verify(target, draft, torch.tensor(ids), rule, uniforms=uniforms)
+    low = sampler.verify(target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms)
     # the float32 copy is not renormalised, so it only passes without the sum check
     upcast = sampler.verify(
-        target.float(), draft.float(), torch.tensor(ids), rule, uniforms=uniforms, check=False
+        target.float(),
+        draft.float(),
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        uniforms=uniforms,
+        check=False,
     )
     torch.testing.assert_close(low[0], upcast[0], rtol=0, atol=0)
     torch.testing.assert_close(low[1], upcast[1], rtol=0, atol=0)
@@ -155,8 +166,10 @@ def test_dense_reference_path_matches(spec):
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=500, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
-    fast = sampler.verify(target, draft, torch.tensor(ids), rule, uniforms=uniforms)
-    dense = sampler.verify_dense(target, draft, torch.tensor(ids), rule, uniforms=uniforms)
+    fast = sampler.verify(target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms)
+    dense = sampler.verify_dense(
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms
+    )
     torch.testing.assert_close(fast[1], dense[1], rtol=0, atol=0)
     torch.testing.assert_close(fast[0], dense[0], rtol=0, atol=0)
 
@@ -164,7 +177,7 @@ def test_dense_reference_path_matches(spec):
 def test_batched_equals_one_by_one_under_a_seed():
     rule = rules.parse("cactus:delta=0.7")
     target, draft, ids, _, _ = random_block(seed=4, batch=40, dtype=torch.float32)
-    ids = torch.tensor(ids)
+    ids = torch.tensor(ids, device=DEVICE)
     batched = sampler.verify(target, draft, ids, rule, generator=torch.Generator().manual_seed(7))
     generator = torch.Generator().manual_seed(7)
     singles = [
@@ -184,10 +197,14 @@ def test_generator_uniforms_are_the_documented_layout():
     target, draft, ids, _, _ = random_block(seed=5, batch=30, dtype=torch.float64)
     drawn = torch.rand(30, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     with_generator = sampler.verify(
-        target, draft, torch.tensor(ids), rule, generator=torch.Generator().manual_seed(3)
+        target,
+        draft,
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        generator=torch.Generator().manual_seed(3),
     )
     injected = sampler.verify(
-        target, draft, torch.tensor(ids), rule, uniforms=(drawn[:, :4], drawn[:, 4])
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=(drawn[:, :4], drawn[:, 4])
     )
     torch.testing.assert_close(with_generator[0], injected[0], rtol=0, atol=0)
 
@@ -198,7 +215,7 @@ def test_output_layout():
     tokens, accepted = sampler.verify(
         target,
         draft,
-        torch.tensor(ids),
+        torch.tensor(ids, device=DEVICE),
         rule,
         uniforms=(torch.tensor(accept_u), torch.tensor(sample_u)),
     )
@@ -207,7 +224,7 @@ def test_output_layout():
         assert 0 <= row[count] < 16
         assert row[count + 1 :] == [-1] * (4 - count)
     kept = torch.arange(4)[None, :] < accepted[:, None]
-    assert torch.equal(tokens[:, :4][kept], torch.tensor(ids)[kept])
+    assert torch.equal(tokens[:, :4][kept], torch.tensor(ids, device=DEVICE)[kept])
 
 
 def test_zero_drafts_only_samples_the_bonus_row():
