@@ -42,6 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best-of repeats (default 3)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, help="CPU threads for torch (default: torch's choice)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
 
 
@@ -105,13 +108,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from cactus_theory import sampler
-    from cactus_theory.decode_cli import device_from_args
+    from cactus_theory.decode_cli import device_from_args, set_threads
 
     for name in ("batch", "k", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name}: must be >= 1, got {getattr(args, name)}")
     if args.vocab < 2:
         raise ValueError(f"vocab: must be >= 2, got {args.vocab}")
+    set_threads(args.threads)
     device = device_from_args(args.device)
     chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
     bandwidth = copy_bandwidth(device, args.repeats)

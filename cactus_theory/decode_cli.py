@@ -77,6 +77,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=8, help="prompts decoded together (default 8)"
     )
+    parser.add_argument(
+        "--threads", type=int, help="CPU threads for torch (default: torch's choice)"
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -134,6 +137,17 @@ def device_from_args(name: str):
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device: only cpu and cuda are supported, got {name!r}")
     return device
+
+
+def set_threads(threads: int | None) -> None:
+    """torch.set_num_threads when asked (one thread avoids oversubscribing a shared CPU)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"threads: must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _looks_like_path(value: str) -> bool:
@@ -235,6 +249,7 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], tuple[s
     from cactus_theory.processors import SamplingSettings
 
     SamplingSettings(args.temperature, args.top_k or None, args.top_p)  # validates
+    set_threads(args.threads)
     device = device_from_args(args.device)
     if (args.verifier is None) != (args.draft is None):
         raise ValueError("verifier: give both --verifier and --draft, or neither (trained pair)")
