@@ -49,9 +49,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="prompt file (.jsonl, or one prompt per line); default: the pair's held-out prompts",
     )
-    parser.add_argument("--num-prompts", type=int, help="use only the first N prompts")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)"
+        "--num-prompts",
+        type=int,
+        help="use only the first N prompts (None = all; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        help="tokens generated per prompt (default %(default)s)",
     )
     parser.add_argument(
         "--temperature",
@@ -73,9 +80,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="model weights dtype")
     parser.add_argument(
-        "--batch-size", type=int, default=8, help="prompts decoded together (default 8)"
+        "--dtype", default="float32", choices=DTYPES, help="model weights dtype (default float32)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="prompts decoded together (default %(default)s)"
     )
     parser.add_argument(
         "--threads", type=int, help="CPU threads for torch (default: torch's choice)"
@@ -95,7 +104,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epsilon", type=float, help="ε for tas")
     parser.add_argument("--divergence", help="divergence for cactus-exact (default kl)")
     parser.add_argument(
-        "-k", "--draft-tokens", dest="k", type=int, default=5, help="drafts per verify step"
+        "-k",
+        "--draft-tokens",
+        dest="k",
+        type=int,
+        default=5,
+        help="drafts per verify step (default %(default)s)",
     )
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the autoregressive baseline"
