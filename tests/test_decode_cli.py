@@ -13,6 +13,16 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from cactus_theory import cli
 
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny models: one intra-op thread avoids oversubscribing CI's two cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 TEXT = [
     "def main(argv):\n    return 0\n",
     "import os\nprint(os.getcwd())\n",
