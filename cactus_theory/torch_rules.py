@@ -1,0 +1,537 @@
+"""Every rule of ``cactus_theory.rules`` in torch, batched, for the sampler's verify step.
+
+The numpy rules (float64, ``cactus_theory.rules``) are the oracle; each class here computes
+the same quantities on tensors. q = target (verifier), p = draft, n = drafted token.
+
+A verify step needs two things from a rule (``cactus_theory.sampler``):
+
+- ``accept(...)``: a_i = P(accept the drafted n_i) for every drafted position, [B, k];
+- ``residual(...)``: the law sampled at the first rejected position, one row per batch row.
+
+Only the frontier and the decision rules read whole rows to decide acceptance: frontier
+solves for one h per row, TAS needs the entropy of q, top-k its k-th largest value, greedy
+its argmax. SpS, interp, cactus and cactus-exact decide from (q_n, p_n) alone, gathered at
+the drafted ids, and build a full row only at the rejected position (never h over
+[B, k, V]).
+
+Precision: elementwise work over V runs in the compute dtype (float32, or float64 for
+float64 inputs). Two scalar solves run in float64 because they are tiny or need it:
+γ*(q_n, δ) for cactus-exact (B·k scalars; safeguarded Newton), and the frontier's sorted
+prefix sums and its root in c_hi (O(V) per row, summed over up to 151,936 entries).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cactus_theory import rules
+from cactus_theory.rules.base import Rule
+
+Tensor = torch.Tensor
+
+# --- shared formulas -------------------------------------------------------------------------
+
+
+def gsps_accept(adjusted_mass: Tensor, draft_mass: Tensor) -> Tensor:
+    """a = min(1, h_n / p_n), and 0 where p_n = 0 (such a token is rejected, as in vLLM)."""
+    safe = torch.where(draft_mass > 0, draft_mass, torch.ones_like(draft_mass))
+    ratio = torch.where(draft_mass > 0, adjusted_mass / safe, torch.zeros_like(draft_mass))
+    return torch.clamp(ratio, max=1.0)
+
+
+def gsps_residual(adjusted: Tensor, draft_probs: Tensor) -> Tensor:
+    """(h − p)_+ over the last axis, or h itself where that is all zero (then h = p).
+
+    Unnormalised: the sampler's inverse CDF scales its uniform by the row total.
+    """
+    excess = torch.clamp_(adjusted - draft_probs, min=0.0)
+    empty = (excess.sum(dim=-1, keepdim=True) <= 0).to(excess.dtype)
+    return excess.addcmul_(empty, adjusted)  # + h on rows whose excess is all zero
+
+
+def kl_div(x: Tensor, y: Tensor) -> Tensor:
+    """scipy.special.kl_div elementwise: x log(x/y) − x + y; y at x = 0; +inf otherwise."""
+    positive = (x > 0) & (y > 0)
+    safe_x = torch.where(positive, x, torch.ones_like(x))
+    safe_y = torch.where(positive, y, torch.ones_like(y))
+    inside = safe_x * torch.log(safe_x / safe_y) - safe_x + safe_y
+    at_zero = torch.where((x == 0) & (y >= 0), y, torch.full_like(x, math.inf))
+    return torch.where(positive, inside, at_zero)
+
+
+# --- γ*: binary divergences and their roots (float64) -----------------------------------------
+
+
+def binary_divergence(name: str, x: Tensor, y: Tensor) -> Tensor:
+    """D((x, 1−x) ‖ (y, 1−y)), the torch twin of ``divergences.binary``."""
+    if name == "kl":
+        return kl_div(x, y) + kl_div(1.0 - x, 1.0 - y)
+    if name == "reverse-kl":
+        return kl_div(y, x) + kl_div(1.0 - y, 1.0 - x)
+    if name == "tv":
+        return torch.abs(x - y)
+    if name == "chi2":
+        spread = y * (1.0 - y)
+        value = (x - y) ** 2 / torch.where(spread > 0, spread, torch.ones_like(spread))
+        fallback = torch.where(x == y, torch.zeros_like(x), torch.full_like(x, math.inf))
+        return torch.where(spread > 0, value, fallback)
+    if name == "hellinger":
+        return 0.5 * (
+            (torch.sqrt(x) - torch.sqrt(y)) ** 2 + (torch.sqrt(1.0 - x) - torch.sqrt(1.0 - y)) ** 2
+        )
+    if name == "js":
+        mid, other_mid = 0.5 * (x + y), 0.5 * ((1.0 - x) + (1.0 - y))
+        first = kl_div(x, mid) + kl_div(1.0 - x, other_mid)
+        second = kl_div(y, mid) + kl_div(1.0 - y, other_mid)
+        return 0.5 * first + 0.5 * second
+    raise ValueError(f"divergence: unknown divergence {name!r}")
+
+
+def binary_divergence_slope(name: str, x: Tensor, y: Tensor) -> Tensor:
+    """d/dx of ``binary_divergence`` for the root-based divergences (kl, reverse-kl, js).
+
+    KL: log(x/y) − log((1−x)/(1−y)); reverse KL: −y/x + (1−y)/(1−x);
+    JS: ½ [log(x/m) − log((1−x)/(1−m))] with m = (x + y)/2.
+    """
+    if name == "kl":
+        return torch.log(x / y) - torch.log((1.0 - x) / (1.0 - y))
+    if name == "reverse-kl":
+        return -y / x + (1.0 - y) / (1.0 - x)
+    mid = 0.5 * (x + y)
+    return 0.5 * (torch.log(x / mid) - torch.log((1.0 - x) / (1.0 - mid)))
+
+
+def _closed_form_gamma(q_n: Tensor, delta: float, name: str) -> Tensor:
+    """γ* for chi2, tv and hellinger (exact closed forms; see ``cactus_theory.gamma``)."""
+    if delta == 0.0:
+        return q_n.clone()
+    if name == "chi2":
+        return torch.clamp(q_n + torch.sqrt(delta * q_n * (1.0 - q_n)), max=1.0)
+    if name == "tv":
+        return torch.clamp(q_n + delta, max=1.0)
+    if delta >= 1.0:
+        return torch.ones_like(q_n)
+    angle = torch.clamp(torch.arcsin(torch.sqrt(q_n)) + math.acos(1.0 - delta), max=math.pi / 2)
+    return torch.minimum(torch.maximum(torch.sin(angle) ** 2, q_n), torch.ones_like(q_n))
+
+
+def _upper_bracket(q_n: Tensor, delta: float, name: str) -> Tensor:
+    """1, or for reverse KL 1 − (1−q) exp(−(δ − q log q)/(1−q)) (where D >= δ)."""
+    if name != "reverse-kl":
+        return torch.ones_like(q_n)
+    q_log_q = torch.special.xlogy(q_n, q_n)
+    below_one = q_n < 1.0
+    spread = torch.where(below_one, 1.0 - q_n, torch.ones_like(q_n))
+    upper = 1.0 - spread * torch.exp(-(delta - q_log_q) / spread)
+    return torch.where(below_one, upper, torch.ones_like(q_n))
+
+
+def feasible_newton_root(
+    name: str, q_n: Tensor, delta: float, low: Tensor, high: Tensor, max_iterations: int = 100
+) -> Tensor:
+    """The largest x in [low, high] with D(x, q_n) <= δ, for D increasing and convex in x.
+
+    Requires D(low) < δ < D(high). Safeguarded Newton from the right end: for a convex
+    increasing g = D − δ, Newton from a point with g > 0 stays right of the root and
+    converges monotonically; a step that leaves the bracket (or an infinite slope) becomes
+    a bisection. An element stops once its step is below 1e-13 relative (rounding noise in
+    g then dominates). Finally each x is moved down by 1, 2, 4, ... ulps until g <= 0 as
+    computed (``low`` is feasible), so the budget holds on the returned value, as in
+    ``roots.feasible_root``.
+    """
+    lo, hi, x = low.clone(), high.clone(), high.clone()
+    done = torch.zeros_like(x, dtype=torch.bool)
+    from_newton = torch.zeros_like(x, dtype=torch.bool)
+    for iteration in range(max_iterations):
+        excess = binary_divergence(name, x, q_n) - delta
+        # A Newton iterate of a convex g never crosses the root in exact arithmetic, so
+        # one with g <= 0 sits within rounding noise of it: stop there (it is feasible).
+        done = done | (excess == 0) | (from_newton & (excess < 0))
+        hi = torch.where(excess > 0, x, hi)
+        lo = torch.where(excess <= 0, x, lo)
+        slope = binary_divergence_slope(name, x, q_n)
+        newton = x - excess / slope
+        inside = torch.isfinite(slope) & torch.isfinite(newton) & (newton >= lo) & (newton <= hi)
+        step = torch.where(done, x, torch.where(inside, newton, 0.5 * (lo + hi)))
+        done = done | (torch.abs(step - x) <= 1e-13 * x) | (hi - lo <= 1e-13 * hi)
+        from_newton = inside
+        x = step
+        if iteration % 4 == 3 and bool(torch.all(done).item()):
+            break
+    result = x
+    for power in range(64):
+        over = (binary_divergence(name, result, q_n) - delta) > 0
+        if not bool(torch.any(over).item()):
+            break
+        lowered = torch.maximum(x - x * (2.0**power * 2.0**-52), lo)
+        result = torch.where(over, lowered, result)
+    return torch.maximum(result, low)
+
+
+def exact_raised_mass(
+    q_n: Tensor, delta: float, divergence: str = "kl", cap: Tensor | None = None
+) -> Tensor:
+    """γ*(q_n, δ) elementwise in float64, optionally min(γ*, cap) (``gamma.exact_raised_mass``).
+
+    Returns float64. Roots are solved only where the answer is not already known: a cap at
+    or below q_n is the answer; an upper end within budget is the answer (γ* = 1 for KL when
+    −log q_n <= δ); KL at q_n = 0 gives γ* = 0.
+    """
+    q_n = q_n.to(torch.float64)
+    bound = None if cap is None else cap.to(torch.float64).expand_as(q_n)
+    if divergence in ("chi2", "hellinger", "tv") or delta == 0.0:
+        raised = _closed_form_gamma(q_n, delta, divergence)
+        return raised if bound is None else torch.minimum(raised, bound)
+    gamma = q_n.clone()
+    upper = _upper_bracket(q_n, delta, divergence)
+    capped = torch.zeros_like(q_n, dtype=torch.bool)
+    if bound is not None:
+        upper = torch.minimum(upper, bound)
+        capped = bound <= q_n
+        gamma = torch.where(capped, bound, gamma)
+    at_upper = binary_divergence(divergence, upper, q_n)
+    saturated = (q_n < 1.0) & (at_upper <= delta) & ~capped
+    gamma = torch.where(saturated, upper, gamma)
+    stuck = (q_n <= 0.0) & (divergence == "kl")
+    solve = (q_n < 1.0) & ~saturated & ~stuck & ~capped
+    if bool(torch.any(solve).item()):
+        where = solve.nonzero(as_tuple=True)
+        low, high = q_n[where], upper[where]
+        gamma = gamma.index_put(where, feasible_newton_root(divergence, low, delta, low, high))
+    return gamma
+
+
+# --- the frontier: sorted ratios, prefix sums and a scalar root (float64) ---------------------
+
+
+def _count(sorted_values: Tensor, value: Tensor, *, strict: bool) -> Tensor:
+    """#{x : v_x < value} (strict) or #{x : v_x <= value} per row of a sorted [R, V]."""
+    return torch.searchsorted(sorted_values, value[:, None], right=not strict)[:, 0]
+
+
+class _SortedRows:
+    """Per-row sorted ratios r = p/q and prefix sums (the torch twin of the numpy class)."""
+
+    def __init__(self, target_rows: Tensor, draft_rows: Tensor) -> None:
+        positive = target_rows > 0
+        safe_target = torch.where(positive, target_rows, torch.ones_like(target_rows))
+        ratio = torch.where(positive, draft_rows / safe_target, math.inf)
+        self.ratio, order = torch.sort(ratio, dim=-1, stable=True)
+        target_sorted = target_rows.gather(-1, order)
+        draft_sorted = draft_rows.gather(-1, order)
+        del order
+        finite = torch.isfinite(self.ratio)
+        kl_terms = torch.where(finite, kl_div(draft_sorted, target_sorted), 0.0)
+        zero = torch.zeros_like(target_rows[:, :1])
+        self.target_cum = torch.cat([zero, torch.cumsum(target_sorted, dim=-1)], dim=-1)
+        self.draft_cum = torch.cat([zero, torch.cumsum(draft_sorted, dim=-1)], dim=-1)
+        self.kl_cum = torch.cat([zero, torch.cumsum(kl_terms, dim=-1)], dim=-1)
+        del target_sorted, draft_sorted, kl_terms
+        lift = self.ratio * self.target_cum[:, :-1] - self.draft_cum[:, :-1]
+        lift = torch.where(finite, lift, math.inf)
+        # D(r_k) is nondecreasing in k; cummax removes rounding dips so searchsorted applies.
+        self.lift_at_breaks = torch.cummax(lift, dim=-1).values
+        self.max_finite_ratio = torch.where(finite, self.ratio, 0.0).amax(dim=-1)
+
+    @staticmethod
+    def _at(prefix: Tensor, count: Tensor) -> Tensor:
+        return prefix.gather(-1, count[:, None])[:, 0]
+
+    def lift_for_cap(self, cap: Tensor) -> Tensor:
+        """c_lo with D(c_lo) = E(cap) = Σ (p − cap q)_+ (the mass the cap removes)."""
+        above = _count(self.ratio, cap, strict=False)
+        target_above = self.target_cum[:, -1] - self._at(self.target_cum, above)
+        draft_above = self.draft_cum[:, -1] - self._at(self.draft_cum, above)
+        excess = torch.clamp(draft_above - cap * target_above, min=0.0)
+        segment = torch.clamp(_count(self.lift_at_breaks, excess, strict=False), min=1)
+        lift = (excess + self._at(self.draft_cum, segment)) / self._at(self.target_cum, segment)
+        return torch.minimum(lift, cap)
+
+    def kl_for_cap(self, cap: Tensor) -> Tensor:
+        """KL(h‖q) for h = clip(p, c_lo q, cap q), c_lo = lift_for_cap(cap)."""
+        lift = self.lift_for_cap(cap)
+        low = _count(self.ratio, lift, strict=True)
+        high = _count(self.ratio, cap, strict=False)
+        target_low = self._at(self.target_cum, low)
+        target_high = self.target_cum[:, -1] - self._at(self.target_cum, high)
+        middle = self._at(self.kl_cum, high) - self._at(self.kl_cum, low)
+        one = torch.ones_like(cap)
+        return target_low * kl_div(lift, one) + middle + target_high * kl_div(cap, one)
+
+    def total_for(self, lift: Tensor, cap: Tensor) -> Tensor:
+        """Σ clip(p, c_lo q, c_hi q) = c_lo Q(r < c_lo) + P(c_lo <= r <= c_hi) + c_hi Q(r > c_hi).
+
+        Q and P are the target and draft masses of the tokens with ratios r in each range.
+        """
+        low = _count(self.ratio, lift, strict=True)
+        high = _count(self.ratio, cap, strict=False)
+        middle = self._at(self.draft_cum, high) - self._at(self.draft_cum, low)
+        above = self.target_cum[:, -1] - self._at(self.target_cum, high)
+        return lift * self._at(self.target_cum, low) + middle + cap * above
+
+    def select(self, rows: Tensor) -> _SortedRows:
+        subset = object.__new__(_SortedRows)
+        for key, value in vars(self).items():
+            setattr(subset, key, value[rows])
+        return subset
+
+
+def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float):
+    """(c_lo, c_hi, Σ h) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
+
+    KL(h(c)‖q) increases with c. The Illinois method (regula falsi that halves the stale
+    end's value) keeps a bracket [a, b] with KL(a) <= δ < KL(b) and shrinks both ends
+    superlinearly; a row stops when its bracket is a few ulps wide, and the feasible end a
+    is returned, so KL(h‖q) <= δ as computed.
+    """
+    sorted_rows = _SortedRows(target_rows, draft_rows)
+    upper = torch.clamp(sorted_rows.max_finite_ratio, min=1.0)
+    cap = upper.clone()
+    reaches = (sorted_rows.kl_for_cap(upper) > delta) & (upper > 1.0)
+    if bool(torch.any(reaches).item()):
+        where = reaches.nonzero(as_tuple=True)[0]
+        sub = sorted_rows.select(where)
+        low, high = torch.ones_like(upper[where]), upper[where].clone()
+        f_low = sub.kl_for_cap(low) - delta
+        f_high = sub.kl_for_cap(high) - delta
+        side = torch.zeros_like(low)
+        done = f_low >= 0  # cannot happen for KL(p‖q) > δ > 0, but never loop on it
+        for iteration in range(200):
+            secant = (low * f_high - high * f_low) / (f_high - f_low)
+            inside = torch.isfinite(secant) & (secant > low) & (secant < high)
+            point = torch.where(inside, secant, 0.5 * (low + high))
+            f_point = sub.kl_for_cap(point) - delta
+            feasible = (f_point <= 0) & ~done
+            infeasible = (f_point > 0) & ~done
+            f_high = torch.where(feasible & (side < 0), 0.5 * f_high, f_high)
+            f_low = torch.where(infeasible & (side > 0), 0.5 * f_low, f_low)
+            low, f_low = torch.where(feasible, point, low), torch.where(feasible, f_point, f_low)
+            high, f_high = (
+                torch.where(infeasible, point, high),
+                torch.where(infeasible, f_point, f_high),
+            )
+            side = torch.where(feasible, -1.0, torch.where(infeasible, 1.0, side))
+            done = done | (high - low <= 4e-16 * high) | (f_low == 0)
+            if iteration % 4 == 3 and bool(torch.all(done).item()):
+                break
+        cap[where] = low
+    lift = sorted_rows.lift_for_cap(cap)
+    return lift, cap, sorted_rows.total_for(lift, cap)
+
+
+#: Elements (rows × V) the frontier solve handles at once, by device type.
+FRONTIER_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 23}
+
+
+def frontier_solve(target_rows: Tensor, draft_rows: Tensor, delta: float):
+    """(c_lo, c_hi, Σ clip(p, c_lo q, c_hi q)) per row of [R, V], all float64.
+
+    The twin of ``rules.frontier_constants``: rows with KL(p‖q) <= δ get (0, +inf) (h = p);
+    δ = 0 gives (1, 1) (h = q). The normaliser comes from the same prefix sums, so the
+    acceptance of a drafted token needs no pass over h. Rows are solved in chunks of
+    ``FRONTIER_CHUNK`` elements to bound memory.
+    """
+    rows, vocab = target_rows.shape
+    device = target_rows.device
+    lift = torch.ones(rows, dtype=torch.float64, device=device)
+    cap = torch.ones(rows, dtype=torch.float64, device=device)
+    total = torch.ones(rows, dtype=torch.float64, device=device)
+    if delta <= 0 or rows == 0:
+        return lift, cap, total
+    step = max(1, FRONTIER_CHUNK.get(device.type, 1 << 23) // vocab)
+    for start in range(0, rows, step):
+        target = target_rows[start : start + step].to(torch.float64)
+        draft = draft_rows[start : start + step].to(torch.float64)
+        fits = kl_div(draft, target).sum(dim=-1) <= delta
+        lift[start : start + step] = torch.where(fits, 0.0, 1.0)
+        cap[start : start + step] = torch.where(fits, math.inf, 1.0)
+        total[start : start + step] = torch.where(target > 0, draft, 0.0).sum(dim=-1)
+        todo = (~fits).nonzero(as_tuple=True)[0]
+        if todo.numel():
+            solved = _solve_caps(target[todo], draft[todo], delta)
+            lift[start + todo], cap[start + todo], total[start + todo] = solved
+    return lift, cap, total
+
+
+def frontier_constants(
+    target_rows: Tensor, draft_rows: Tensor, delta: float
+) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``."""
+    lift, cap, _ = frontier_solve(target_rows, draft_rows, delta)
+    return lift, cap
+
+
+def frontier_unnormalised(
+    target_probs: Tensor, draft_probs: Tensor, lift: Tensor, cap: Tensor
+) -> Tensor:
+    """clip(p, c_lo q, c_hi q) with c_hi q read as 0 where q = 0 (constants broadcast)."""
+    lower = lift[..., None].to(target_probs.dtype) * target_probs
+    capped = cap[..., None].to(target_probs.dtype) * target_probs
+    upper = torch.where(target_probs > 0, capped, torch.zeros_like(target_probs))
+    return torch.minimum(torch.maximum(draft_probs, lower), upper)
+
+
+# --- the rules -------------------------------------------------------------------------------
+
+
+class TorchRule:
+    """A rule in torch. ``accept`` gets the whole block, ``residual`` the rejected rows.
+
+    Shapes: target_probs and draft_probs [B, k, V] (compute dtype), draft_ids [B, k] (in
+    range), target_at / draft_at [B, k] (q and p at the drafted ids). ``accept`` returns
+    (a [B, k], state), where state holds per-position values the residual reuses (a tensor
+    with leading [B, k] axes, a tuple of them, or None). ``residual`` gets one row per batch
+    row, [R, V], the drafted ids [R] and the state taken at those positions.
+    """
+
+    reads_rows = False  # True when acceptance needs whole rows (not only q_n and p_n)
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        raise NotImplementedError
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        raise NotImplementedError
+
+
+class TorchSpS(TorchRule):
+    """h = q: a = min(1, q_n/p_n); residual (q − p)_+."""
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        return gsps_accept(target_at, draft_at), None
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        return gsps_residual(target_row, draft_row)
+
+
+class TorchInterp(TorchRule):
+    """h = α p + (1 − α) q."""
+
+    def _target(self, target, draft):
+        return self.rule.alpha * draft + (1.0 - self.rule.alpha) * target
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        return gsps_accept(self._target(target_at, draft_at), draft_at), None
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        return gsps_residual(self._target(target_row, draft_row), draft_row)
+
+
+class TorchBranch(TorchRule):
+    """Cactus and cactus-exact: h^n_n = γ_n, h^n_i = q_i (1 − γ_n)/(1 − q_n)."""
+
+    def raised_mass(self, target_mass: Tensor, cap: Tensor | None = None) -> Tensor:
+        if isinstance(self.rule, rules.Cactus):
+            delta = self.rule.delta
+            raised = torch.clamp(
+                target_mass + torch.sqrt(2.0 * delta * target_mass * (1.0 - target_mass)), max=1.0
+            )
+            return raised if cap is None else torch.minimum(raised, cap)
+        raised = exact_raised_mass(target_mass, self.rule.delta, self.rule.divergence, cap)
+        return raised.to(target_mass.dtype)
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        return gsps_accept(self.raised_mass(target_at, cap=draft_at), draft_at), None
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        index = draft_id[:, None]
+        target_mass = target_row.gather(-1, index)
+        raised = self.raised_mass(target_mass)
+        below_one = target_mass < 1.0
+        spread = torch.where(below_one, 1.0 - target_mass, torch.ones_like(target_mass))
+        scale = torch.where(below_one, (1.0 - raised) / spread, torch.zeros_like(target_mass))
+        adjusted = (target_row * scale).scatter(-1, index, raised)
+        return gsps_residual(adjusted, draft_row)
+
+
+class TorchFrontier(TorchRule):
+    """h = clip(p, c_lo q, c_hi q) / Σ, one h per row (reads whole rows to solve c_lo, c_hi)."""
+
+    reads_rows = True
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        if self.rule.delta == 0:
+            return gsps_accept(target_at, draft_at), None
+        batch, steps, vocab = target_probs.shape
+        solved = frontier_solve(
+            target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), self.rule.delta
+        )
+        lift, cap, total = (value.reshape(batch, steps) for value in solved)
+        lift_at, cap_at = lift.to(target_at.dtype), cap.to(target_at.dtype)
+        upper = torch.where(target_at > 0, cap_at * target_at, torch.zeros_like(target_at))
+        clipped = torch.minimum(torch.maximum(draft_at, lift_at * target_at), upper)
+        adjusted_at = clipped / total.to(target_at.dtype)
+        return gsps_accept(adjusted_at, draft_at), (lift, cap, total)
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        if state is None:
+            return gsps_residual(target_row, draft_row)
+        lift, cap, total = state
+        adjusted = frontier_unnormalised(target_row, draft_row, lift, cap)
+        adjusted = adjusted / total[:, None].to(adjusted.dtype)
+        return gsps_residual(adjusted, draft_row)
+
+
+def _one_hot_argmax(target_probs: Tensor) -> Tensor:
+    """One-hot rows at argmax q (torch.argmax returns the first index on ties)."""
+    index = torch.argmax(target_probs, dim=-1, keepdim=True)
+    return torch.zeros_like(target_probs).scatter(-1, index, 1.0)
+
+
+class TorchDecision(TorchRule):
+    """tas, topk and greedy: a ∈ {0, 1} from (q, n); rejection emits a fixed recovery law."""
+
+    reads_rows = True
+
+    def accept_mask(self, target_probs: Tensor, draft_ids: Tensor, target_at: Tensor) -> Tensor:
+        rule = self.rule
+        if isinstance(rule, rules.TypicalAcceptance):
+            entropy = -torch.special.xlogy(target_probs, target_probs).sum(dim=-1)
+            threshold = torch.clamp(rule.alpha * torch.exp(-entropy), max=rule.epsilon)
+            return target_at > threshold
+        if isinstance(rule, rules.TopK):
+            return target_at >= self._kth_largest(target_probs)
+        return torch.argmax(target_probs, dim=-1) == draft_ids  # greedy
+
+    def _kth_largest(self, target_probs: Tensor) -> Tensor:
+        kth = min(self.rule.k, target_probs.shape[-1])
+        return torch.topk(target_probs, kth, dim=-1).values[..., -1]
+
+    def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
+        mask = self.accept_mask(target_probs, draft_ids, target_at) & (draft_at > 0)
+        return mask.to(target_at.dtype), None
+
+    def residual(self, target_row, draft_row, draft_id, state):
+        if isinstance(self.rule, rules.TopK):
+            kept = target_row >= self._kth_largest(target_row)[:, None]
+            return torch.where(kept, target_row, torch.zeros_like(target_row))
+        return _one_hot_argmax(target_row)
+
+
+_ADAPTERS: dict[type[Rule], type[TorchRule]] = {
+    rules.SpS: TorchSpS,
+    rules.Interp: TorchInterp,
+    rules.Cactus: TorchBranch,
+    rules.CactusExact: TorchBranch,
+    rules.Frontier: TorchFrontier,
+    rules.TypicalAcceptance: TorchDecision,
+    rules.TopK: TorchDecision,
+    rules.Greedy: TorchDecision,
+}
+
+
+def for_rule(rule: object) -> TorchRule:
+    """The torch version of a rule made by ``rules.make`` / ``rules.parse``."""
+    if not isinstance(rule, Rule):
+        raise ValueError(
+            f"rule: expected a rule from rules.make(...) or rules.parse(...), got "
+            f"{type(rule).__name__}"
+        )
+    adapter = _ADAPTERS.get(type(rule))
+    if adapter is None:
+        raise ValueError(f"rule: no torch version of {rule!r}")
+    return adapter(rule)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU check for the torch export (sampler + decoder), within 8 minutes on one CUDA device.
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]
+#
+# 1. the decoder and sampler tests on CUDA (CACTUS_TEST_DEVICE=cuda);
+# 2. cactus bench sampler --device cuda (B=64, k=10, V=151,936, float32);
+# 3. cactus bench decode --device cuda on the trained pair.
+#
+# The pair: if $CACTUS_CACHE (default ~/.cache/cactus-theory) already holds the CPU-trained
+# pair (copy that folder along to reuse it), it is used; otherwise a pair with the same
+# configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
+# minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
+# OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 110 s,
+# sampler 100 s, pair 100 s, decode 120 s (worst case under 8 minutes with start-up).
+# Exit status 1 if any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+status=0
+out="${1:-${OUT:-gpu-check}}"
+mkdir -p "$out"
+stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+
+python - <<'EOF' | tee "$out/device.txt" || exit 1
+import torch, transformers
+assert torch.cuda.is_available(), "no CUDA device"
+print("torch", torch.__version__, "transformers", transformers.__version__)
+print("device", torch.cuda.get_device_name(0))
+EOF
+
+stamp "tests on CUDA"
+CACTUS_TEST_DEVICE=cuda timeout 110 python -m pytest -q -p no:cacheprovider \
+  tests/test_decode_greedy.py tests/test_decode_cache.py tests/test_decode_sampling.py \
+  tests/test_decode_errors.py tests/test_sampler_agreement.py 2>&1 | tee "$out/tests.log" | tail -5
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+stamp "bench sampler"
+timeout 100 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 \
+  --json "$out/bench_sampler.json" 2>&1 | tee "$out/bench_sampler.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+stamp "pair"
+pair_args=()
+if python - <<'EOF'
+import sys
+from sims import train_pair
+from sims.train_pair import PAIR_MANIFEST, PairSettings
+sys.exit(0 if (train_pair.pair_dir(PairSettings()) / PAIR_MANIFEST).exists() else 1)
+EOF
+then
+  stamp "using the cached CPU-trained pair"
+else
+  stamp "no cached pair: training one on the GPU"
+  timeout 100 python -m cactus_theory.cli train-pair --device cuda > "$out/train_pair.log" 2>&1 \
+    || status=1
+  tail -6 "$out/train_pair.log"
+  pair_dir=$(python - <<'EOF'
+from sims import train_pair
+from sims.train_pair import PairSettings
+import dataclasses
+print(train_pair.pair_dir(dataclasses.replace(PairSettings(), device="cuda")))
+EOF
+)
+  pair_args=(--verifier "$pair_dir/verifier" --draft "$pair_dir/draft" --prompts "$pair_dir/heldout_prompts.jsonl")
+fi
+
+stamp "bench decode"
+timeout 120 python -m cactus_theory.cli bench decode --device cuda "${pair_args[@]}" \
+  --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
+grep -v "it/s\]" "$out/bench_decode.log" | tail -16
+stamp "done (status $status)"
+exit "$status"
