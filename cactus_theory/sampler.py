@@ -285,25 +285,20 @@ def adjusted_targets_dense(rule: Rule, target_probs: Tensor, draft_probs: Tensor
     """h for every drafted position, [B, k, V], as the Cactus reference code computes it."""
     adapter = torch_rules.for_rule(rule)
     if isinstance(rule, BranchRule):
-        index = ids[..., None]
-        target_mass = target_probs.gather(-1, index)
-        raised = adapter.raised_mass(target_mass)
-        below_one = target_mass < 1.0
-        spread = torch.where(below_one, 1.0 - target_mass, torch.ones_like(target_mass))
-        scale = torch.where(below_one, (1.0 - raised) / spread, torch.zeros_like(target_mass))
-        return (target_probs * scale).scatter(-1, index, raised)
+        return adapter.branch_targets(target_probs, ids[..., None])
     if isinstance(rule, torch_rules.rules.Interp):
         return rule.alpha * draft_probs + (1.0 - rule.alpha) * target_probs
     if isinstance(rule, torch_rules.rules.Frontier):
         if rule.delta == 0:
             return target_probs
         batch, steps, vocab = target_probs.shape
-        solved = torch_rules.frontier_solve(
-            target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), rule.delta
+        lift, cap = (
+            value.reshape(batch, steps)
+            for value in torch_rules.frontier_constants(
+                target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), rule.delta
+            )
         )
-        lift, cap, total = (value.reshape(batch, steps) for value in solved)
-        adjusted = torch_rules.frontier_unnormalised(target_probs, draft_probs, lift, cap)
-        return adjusted / total[..., None].to(adjusted.dtype)
+        return torch_rules.frontier_target(target_probs, draft_probs, lift, cap)
     if isinstance(rule, DecisionRule):
         raise ValueError(f"rule: {rule.name} is a decision rule; it has no target h")
     return target_probs  # sps

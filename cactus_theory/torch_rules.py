@@ -51,25 +51,56 @@ def gsps_residual(adjusted: Tensor, draft_probs: Tensor) -> Tensor:
     return excess.addcmul_(empty, adjusted)  # + h on rows whose excess is all zero
 
 
+def log_ratio(a: Tensor, b: Tensor, diff: Tensor | None = None) -> Tensor:
+    """log(a/b) for a, b > 0: log1p(d/b) near a = b, log a − log b otherwise (as numpy)."""
+    difference = a - b if diff is None else diff
+    near = torch.log1p(difference / b)
+    far = torch.log(a) - torch.log(b)
+    return torch.where(difference.abs() < 0.5 * b, near, far)
+
+
 def kl_div(x: Tensor, y: Tensor) -> Tensor:
-    """scipy.special.kl_div elementwise: x log(x/y) − x + y; y at x = 0; +inf otherwise."""
+    """x log(x/y) − x + y >= 0 elementwise (``divergences.kl_terms``): y at x = 0, +inf at
+    x > 0 = y, and O(ε |x − y|) rounding near x = y."""
     positive = (x > 0) & (y > 0)
     safe_x = torch.where(positive, x, torch.ones_like(x))
     safe_y = torch.where(positive, y, torch.ones_like(y))
-    inside = safe_x * torch.log(safe_x / safe_y) - safe_x + safe_y
+    inside = safe_x * log_ratio(safe_x, safe_y) - (safe_x - safe_y)
     at_zero = torch.where((x == 0) & (y >= 0), y, torch.full_like(x, math.inf))
-    return torch.where(positive, inside, at_zero)
+    return torch.clamp(torch.where(positive, inside, at_zero), min=0.0)
+
+
+def _binary_kl(x: Tensor, y: Tensor, diff: Tensor | None = None) -> Tensor:
+    """x log(x/y) + (1−x) log((1−x)/(1−y)) from the exact difference (``divergences``)."""
+    difference = x - y if diff is None else diff
+    up_ok = (x > 0) & (y > 0)
+    down_ok = (x < 1) & (y < 1)
+    ones = torch.ones_like(difference)
+    up = x * log_ratio(torch.where(up_ok, x, ones), torch.where(up_ok, y, ones), difference)
+    rest_x = torch.where(down_ok, 1.0 - x, ones)
+    rest_y = torch.where(down_ok, 1.0 - y, ones)
+    down = rest_x * log_ratio(rest_x, rest_y, -difference)
+    zero = torch.zeros_like(difference)
+    value = torch.where(up_ok, up, zero) + torch.where(down_ok, down, zero)
+    impossible = ((y <= 0) & (x > 0)) | ((y >= 1) & (x < 1))
+    return torch.where(impossible, torch.full_like(value, math.inf), torch.clamp(value, min=0.0))
+
+
+def _root_gap(a: Tensor, b: Tensor, diff: Tensor) -> Tensor:
+    """√a − √b as (a − b)/(√a + √b)."""
+    total = torch.sqrt(a) + torch.sqrt(b)
+    return torch.where(total > 0, diff / torch.where(total > 0, total, 1.0), 0.0)
 
 
 # --- γ*: binary divergences and their roots (float64) -----------------------------------------
 
 
 def binary_divergence(name: str, x: Tensor, y: Tensor) -> Tensor:
-    """D((x, 1−x) ‖ (y, 1−y)), the torch twin of ``divergences.binary``."""
+    """D((x, 1−x) ‖ (y, 1−y)), the torch twin of ``divergences.binary`` (same formulas)."""
     if name == "kl":
-        return kl_div(x, y) + kl_div(1.0 - x, 1.0 - y)
+        return _binary_kl(x, y)
     if name == "reverse-kl":
-        return kl_div(y, x) + kl_div(1.0 - y, 1.0 - x)
+        return _binary_kl(y, x)
     if name == "tv":
         return torch.abs(x - y)
     if name == "chi2":
@@ -78,14 +109,11 @@ def binary_divergence(name: str, x: Tensor, y: Tensor) -> Tensor:
         fallback = torch.where(x == y, torch.zeros_like(x), torch.full_like(x, math.inf))
         return torch.where(spread > 0, value, fallback)
     if name == "hellinger":
-        return 0.5 * (
-            (torch.sqrt(x) - torch.sqrt(y)) ** 2 + (torch.sqrt(1.0 - x) - torch.sqrt(1.0 - y)) ** 2
-        )
+        diff = x - y
+        return 0.5 * (_root_gap(x, y, diff) ** 2 + _root_gap(1.0 - x, 1.0 - y, -diff) ** 2)
     if name == "js":
-        mid, other_mid = 0.5 * (x + y), 0.5 * ((1.0 - x) + (1.0 - y))
-        first = kl_div(x, mid) + kl_div(1.0 - x, other_mid)
-        second = kl_div(y, mid) + kl_div(1.0 - y, other_mid)
-        return 0.5 * first + 0.5 * second
+        middle, half = 0.5 * (x + y), 0.5 * (x - y)
+        return 0.5 * _binary_kl(x, middle, half) + 0.5 * _binary_kl(y, middle, -half)
     raise ValueError(f"divergence: unknown divergence {name!r}")
 
 
@@ -108,13 +136,28 @@ def _closed_form_gamma(q_n: Tensor, delta: float, name: str) -> Tensor:
     if delta == 0.0:
         return q_n.clone()
     if name == "chi2":
-        return torch.clamp(q_n + torch.sqrt(delta * q_n * (1.0 - q_n)), max=1.0)
-    if name == "tv":
-        return torch.clamp(q_n + delta, max=1.0)
-    if delta >= 1.0:
+        raised = torch.clamp(q_n + torch.sqrt(delta * q_n * (1.0 - q_n)), max=1.0)
+    elif name == "tv":
+        raised = torch.clamp(q_n + delta, max=1.0)
+    elif delta >= 1.0:
         return torch.ones_like(q_n)
-    angle = torch.clamp(torch.arcsin(torch.sqrt(q_n)) + math.acos(1.0 - delta), max=math.pi / 2)
-    return torch.minimum(torch.maximum(torch.sin(angle) ** 2, q_n), torch.ones_like(q_n))
+    else:
+        # acos(1 − δ) = 2 asin(√(δ/2)), accurate for small δ.
+        angle = torch.arcsin(torch.sqrt(q_n)) + 2.0 * math.asin(math.sqrt(delta / 2))
+        raised = torch.clamp(torch.sin(torch.clamp(angle, max=math.pi / 2)) ** 2, max=1.0)
+        raised = torch.maximum(raised, q_n)
+    return _feasible_side(raised, q_n, delta, name)
+
+
+def _feasible_side(raised: Tensor, q_n: Tensor, delta: float, name: str) -> Tensor:
+    """Step γ down by ulps while rounding puts it over budget (``gamma._feasible_side``)."""
+    for _ in range(8):
+        over = (binary_divergence(name, raised, q_n) > delta) & (raised > q_n)
+        if not bool(torch.any(over).item()):
+            break
+        lowered = torch.maximum(torch.nextafter(raised, torch.full_like(raised, -math.inf)), q_n)
+        raised = torch.where(over, lowered, raised)
+    return raised
 
 
 def _upper_bracket(q_n: Tensor, delta: float, name: str) -> Tensor:
@@ -124,7 +167,8 @@ def _upper_bracket(q_n: Tensor, delta: float, name: str) -> Tensor:
     q_log_q = torch.special.xlogy(q_n, q_n)
     below_one = q_n < 1.0
     spread = torch.where(below_one, 1.0 - q_n, torch.ones_like(q_n))
-    upper = 1.0 - spread * torch.exp(-(delta - q_log_q) / spread)
+    exponent = -(delta - q_log_q) / spread
+    upper = -torch.expm1(exponent) + q_n * torch.exp(exponent)  # 1 − (1 − q) e^t
     return torch.where(below_one, upper, torch.ones_like(q_n))
 
 
@@ -211,8 +255,18 @@ def _count(sorted_values: Tensor, value: Tensor, *, strict: bool) -> Tensor:
     return torch.searchsorted(sorted_values, value[:, None], right=not strict)[:, 0]
 
 
+def _prefix(values: Tensor) -> Tensor:
+    """[R, V+1]: Σ of the first j values, j = 0..V."""
+    return torch.cat([torch.zeros_like(values[:, :1]), torch.cumsum(values, dim=-1)], dim=-1)
+
+
+def _suffix(values: Tensor) -> Tensor:
+    """[R, V+1]: Σ of the values from index j on, summed from the end (tiny tails kept)."""
+    return _prefix(values.flip(-1)).flip(-1)
+
+
 class _SortedRows:
-    """Per-row sorted ratios r = p/q and prefix sums (the torch twin of the numpy class)."""
+    """Per-row sorted ratios r = p/q with prefix and suffix sums (the numpy twin's layout)."""
 
     def __init__(self, target_rows: Tensor, draft_rows: Tensor) -> None:
         positive = target_rows > 0
@@ -224,29 +278,31 @@ class _SortedRows:
         del order
         finite = torch.isfinite(self.ratio)
         kl_terms = torch.where(finite, kl_div(draft_sorted, target_sorted), 0.0)
-        zero = torch.zeros_like(target_rows[:, :1])
-        self.target_cum = torch.cat([zero, torch.cumsum(target_sorted, dim=-1)], dim=-1)
-        self.draft_cum = torch.cat([zero, torch.cumsum(draft_sorted, dim=-1)], dim=-1)
-        self.kl_cum = torch.cat([zero, torch.cumsum(kl_terms, dim=-1)], dim=-1)
+        self.target_below = _prefix(target_sorted)  # lifted side: small ratios
+        self.draft_below = _prefix(draft_sorted)
+        self.target_above = _suffix(target_sorted)  # capped side: large ratios
+        self.draft_above = _suffix(draft_sorted)
+        self.kl_below = _prefix(kl_terms)
         del target_sorted, draft_sorted, kl_terms
-        lift = self.ratio * self.target_cum[:, :-1] - self.draft_cum[:, :-1]
+        lift = self.ratio * self.target_below[:, :-1] - self.draft_below[:, :-1]
         lift = torch.where(finite, lift, math.inf)
         # D(r_k) is nondecreasing in k; cummax removes rounding dips so searchsorted applies.
         self.lift_at_breaks = torch.cummax(lift, dim=-1).values
         self.max_finite_ratio = torch.where(finite, self.ratio, 0.0).amax(dim=-1)
 
     @staticmethod
-    def _at(prefix: Tensor, count: Tensor) -> Tensor:
-        return prefix.gather(-1, count[:, None])[:, 0]
+    def _at(sums: Tensor, count: Tensor) -> Tensor:
+        return sums.gather(-1, count[:, None])[:, 0]
 
     def lift_for_cap(self, cap: Tensor) -> Tensor:
         """c_lo with D(c_lo) = E(cap) = Σ (p − cap q)_+ (the mass the cap removes)."""
-        above = _count(self.ratio, cap, strict=False)
-        target_above = self.target_cum[:, -1] - self._at(self.target_cum, above)
-        draft_above = self.draft_cum[:, -1] - self._at(self.draft_cum, above)
-        excess = torch.clamp(draft_above - cap * target_above, min=0.0)
+        capped = _count(self.ratio, cap, strict=False)
+        target_above = self._at(self.target_above, capped)
+        draft_above = self._at(self.draft_above, capped)
+        removed = torch.where(target_above > 0, cap * target_above, 0.0)
+        excess = torch.clamp(draft_above - removed, min=0.0)
         segment = torch.clamp(_count(self.lift_at_breaks, excess, strict=False), min=1)
-        lift = (excess + self._at(self.draft_cum, segment)) / self._at(self.target_cum, segment)
+        lift = (excess + self._at(self.draft_below, segment)) / self._at(self.target_below, segment)
         return torch.minimum(lift, cap)
 
     def kl_for_cap(self, cap: Tensor) -> Tensor:
@@ -254,22 +310,12 @@ class _SortedRows:
         lift = self.lift_for_cap(cap)
         low = _count(self.ratio, lift, strict=True)
         high = _count(self.ratio, cap, strict=False)
-        target_low = self._at(self.target_cum, low)
-        target_high = self.target_cum[:, -1] - self._at(self.target_cum, high)
-        middle = self._at(self.kl_cum, high) - self._at(self.kl_cum, low)
+        middle = torch.clamp(self._at(self.kl_below, high) - self._at(self.kl_below, low), min=0)
+        target_low = self._at(self.target_below, low)
+        target_high = self._at(self.target_above, high)
         one = torch.ones_like(cap)
-        return target_low * kl_div(lift, one) + middle + target_high * kl_div(cap, one)
-
-    def total_for(self, lift: Tensor, cap: Tensor) -> Tensor:
-        """Σ clip(p, c_lo q, c_hi q) = c_lo Q(r < c_lo) + P(c_lo <= r <= c_hi) + c_hi Q(r > c_hi).
-
-        Q and P are the target and draft masses of the tokens with ratios r in each range.
-        """
-        low = _count(self.ratio, lift, strict=True)
-        high = _count(self.ratio, cap, strict=False)
-        middle = self._at(self.draft_cum, high) - self._at(self.draft_cum, low)
-        above = self.target_cum[:, -1] - self._at(self.target_cum, high)
-        return lift * self._at(self.target_cum, low) + middle + cap * above
+        capped_part = torch.where(target_high > 0, target_high * kl_div(cap, one), 0.0)
+        return target_low * kl_div(lift, one) + middle + capped_part
 
     def select(self, rows: Tensor) -> _SortedRows:
         subset = object.__new__(_SortedRows)
@@ -278,31 +324,38 @@ class _SortedRows:
         return subset
 
 
-def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float):
-    """(c_lo, c_hi, Σ h) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
+def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
 
-    KL(h(c)‖q) increases with c. The Illinois method (regula falsi that halves the stale
-    end's value) keeps a bracket [a, b] with KL(a) <= δ < KL(b) and shrinks both ends
-    superlinearly; a row stops when its bracket is a few ulps wide, and the feasible end a
-    is returned, so KL(h‖q) <= δ as computed.
+    KL(h(c)‖q) increases with c. The root is found in t = log c (the bracket can span
+    hundreds of decades) by the Illinois method (regula falsi that halves the stale end's
+    value), which keeps a bracket [a, b] with KL(a) <= δ < KL(b); a row stops when its
+    bracket is a few ulps wide, and the feasible end a is returned, so KL(h‖q) <= δ as
+    computed. A budget below the rounding noise of KL at c = 1 keeps c = 1 (h = q).
     """
     sorted_rows = _SortedRows(target_rows, draft_rows)
     upper = torch.clamp(sorted_rows.max_finite_ratio, min=1.0)
     cap = upper.clone()
-    reaches = (sorted_rows.kl_for_cap(upper) > delta) & (upper > 1.0)
+    starts_below = sorted_rows.kl_for_cap(torch.ones_like(upper)) < delta
+    cap = torch.where(starts_below, cap, torch.ones_like(cap))
+    reaches = (sorted_rows.kl_for_cap(upper) > delta) & (upper > 1.0) & starts_below
     if bool(torch.any(reaches).item()):
         where = reaches.nonzero(as_tuple=True)[0]
         sub = sorted_rows.select(where)
-        low, high = torch.ones_like(upper[where]), upper[where].clone()
-        f_low = sub.kl_for_cap(low) - delta
-        f_high = sub.kl_for_cap(high) - delta
+
+        def excess(log_cap: Tensor) -> Tensor:
+            return sub.kl_for_cap(torch.exp(log_cap)) - delta
+
+        low = torch.zeros_like(upper[where])
+        high = torch.log(upper[where])
+        f_low, f_high = excess(low), excess(high)
         side = torch.zeros_like(low)
-        done = f_low >= 0  # cannot happen for KL(p‖q) > δ > 0, but never loop on it
-        for iteration in range(200):
+        done = f_low >= 0  # excluded above; never loop on it
+        for iteration in range(400):
             secant = (low * f_high - high * f_low) / (f_high - f_low)
             inside = torch.isfinite(secant) & (secant > low) & (secant < high)
             point = torch.where(inside, secant, 0.5 * (low + high))
-            f_point = sub.kl_for_cap(point) - delta
+            f_point = excess(point)
             feasible = (f_point <= 0) & ~done
             infeasible = (f_point > 0) & ~done
             f_high = torch.where(feasible & (side < 0), 0.5 * f_high, f_high)
@@ -313,33 +366,31 @@ def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float):
                 torch.where(infeasible, f_point, f_high),
             )
             side = torch.where(feasible, -1.0, torch.where(infeasible, 1.0, side))
-            done = done | (high - low <= 4e-16 * high) | (f_low == 0)
+            done = done | (high - low <= 4e-16 * high.abs()) | (f_low == 0)
             if iteration % 4 == 3 and bool(torch.all(done).item()):
                 break
-        cap[where] = low
-    lift = sorted_rows.lift_for_cap(cap)
-    return lift, cap, sorted_rows.total_for(lift, cap)
+        cap[where] = torch.minimum(torch.exp(low), upper[where])
+    return sorted_rows.lift_for_cap(cap), cap
 
 
 #: Elements (rows × V) the frontier solve handles at once, by device type.
 FRONTIER_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 23}
 
 
-def frontier_solve(target_rows: Tensor, draft_rows: Tensor, delta: float):
-    """(c_lo, c_hi, Σ clip(p, c_lo q, c_hi q)) per row of [R, V], all float64.
+def frontier_constants(
+    target_rows: Tensor, draft_rows: Tensor, delta: float
+) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``.
 
-    The twin of ``rules.frontier_constants``: rows with KL(p‖q) <= δ get (0, +inf) (h = p);
-    δ = 0 gives (1, 1) (h = q). The normaliser comes from the same prefix sums, so the
-    acceptance of a drafted token needs no pass over h. Rows are solved in chunks of
-    ``FRONTIER_CHUNK`` elements to bound memory.
+    Rows with KL(p‖q) <= δ get (0, +inf) (h = p); δ = 0 gives (1, 1) (h = q). Rows are
+    solved in chunks of ``FRONTIER_CHUNK`` elements to bound memory.
     """
     rows, vocab = target_rows.shape
     device = target_rows.device
     lift = torch.ones(rows, dtype=torch.float64, device=device)
     cap = torch.ones(rows, dtype=torch.float64, device=device)
-    total = torch.ones(rows, dtype=torch.float64, device=device)
     if delta <= 0 or rows == 0:
-        return lift, cap, total
+        return lift, cap
     step = max(1, FRONTIER_CHUNK.get(device.type, 1 << 23) // vocab)
     for start in range(0, rows, step):
         target = target_rows[start : start + step].to(torch.float64)
@@ -347,26 +398,17 @@ def frontier_solve(target_rows: Tensor, draft_rows: Tensor, delta: float):
         fits = kl_div(draft, target).sum(dim=-1) <= delta
         lift[start : start + step] = torch.where(fits, 0.0, 1.0)
         cap[start : start + step] = torch.where(fits, math.inf, 1.0)
-        total[start : start + step] = torch.where(target > 0, draft, 0.0).sum(dim=-1)
         todo = (~fits).nonzero(as_tuple=True)[0]
         if todo.numel():
-            solved = _solve_caps(target[todo], draft[todo], delta)
-            lift[start + todo], cap[start + todo], total[start + todo] = solved
-    return lift, cap, total
-
-
-def frontier_constants(
-    target_rows: Tensor, draft_rows: Tensor, delta: float
-) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``."""
-    lift, cap, _ = frontier_solve(target_rows, draft_rows, delta)
+            lift[start + todo], cap[start + todo] = _solve_caps(target[todo], draft[todo], delta)
     return lift, cap
 
 
-def frontier_unnormalised(
-    target_probs: Tensor, draft_probs: Tensor, lift: Tensor, cap: Tensor
-) -> Tensor:
-    """clip(p, c_lo q, c_hi q) with c_hi q read as 0 where q = 0 (constants broadcast)."""
+def frontier_target(target_probs: Tensor, draft_probs: Tensor, lift: Tensor, cap: Tensor) -> Tensor:
+    """h = clip(p, c_lo q, c_hi q) with c_hi q read as 0 where q = 0 (constants broadcast).
+
+    Not renormalised, as in ``rules.frontier_target``: the lift makes Σ h = 1 to rounding.
+    """
     lower = lift[..., None].to(target_probs.dtype) * target_probs
     capped = cap[..., None].to(target_probs.dtype) * target_probs
     upper = torch.where(target_probs > 0, capped, torch.zeros_like(target_probs))
@@ -421,6 +463,13 @@ class TorchInterp(TorchRule):
         return gsps_residual(self._target(target_row, draft_row), draft_row)
 
 
+def branch_scale(raised: Tensor, target_mass: Tensor) -> Tensor:
+    """s_n = (1 − γ_n)/(1 − q_n); 1 when q_n = 1 (then h = q), as ``base.branch_scale``."""
+    below_one = target_mass < 1.0
+    spread = torch.where(below_one, 1.0 - target_mass, torch.ones_like(target_mass))
+    return torch.where(below_one, (1.0 - raised) / spread, torch.ones_like(target_mass))
+
+
 class TorchBranch(TorchRule):
     """Cactus and cactus-exact: h^n_n = γ_n, h^n_i = q_i (1 − γ_n)/(1 − q_n)."""
 
@@ -438,18 +487,17 @@ class TorchBranch(TorchRule):
         return gsps_accept(self.raised_mass(target_at, cap=draft_at), draft_at), None
 
     def residual(self, target_row, draft_row, draft_id, state):
-        index = draft_id[:, None]
-        target_mass = target_row.gather(-1, index)
+        return gsps_residual(self.branch_targets(target_row, draft_id[:, None]), draft_row)
+
+    def branch_targets(self, target_probs: Tensor, index: Tensor) -> Tensor:
+        """h^n for the drafted ids ``index [..., 1]``: γ_n at n, s_n q elsewhere."""
+        target_mass = target_probs.gather(-1, index)
         raised = self.raised_mass(target_mass)
-        below_one = target_mass < 1.0
-        spread = torch.where(below_one, 1.0 - target_mass, torch.ones_like(target_mass))
-        scale = torch.where(below_one, (1.0 - raised) / spread, torch.zeros_like(target_mass))
-        adjusted = (target_row * scale).scatter(-1, index, raised)
-        return gsps_residual(adjusted, draft_row)
+        return (target_probs * branch_scale(raised, target_mass)).scatter(-1, index, raised)
 
 
 class TorchFrontier(TorchRule):
-    """h = clip(p, c_lo q, c_hi q) / Σ, one h per row (reads whole rows to solve c_lo, c_hi)."""
+    """h = clip(p, c_lo q, c_hi q), one h per row (reads whole rows to solve c_lo, c_hi)."""
 
     reads_rows = True
 
@@ -457,23 +505,20 @@ class TorchFrontier(TorchRule):
         if self.rule.delta == 0:
             return gsps_accept(target_at, draft_at), None
         batch, steps, vocab = target_probs.shape
-        solved = frontier_solve(
-            target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), self.rule.delta
+        lift, cap = (
+            value.reshape(batch, steps)
+            for value in frontier_constants(
+                target_probs.reshape(-1, vocab), draft_probs.reshape(-1, vocab), self.rule.delta
+            )
         )
-        lift, cap, total = (value.reshape(batch, steps) for value in solved)
-        lift_at, cap_at = lift.to(target_at.dtype), cap.to(target_at.dtype)
-        upper = torch.where(target_at > 0, cap_at * target_at, torch.zeros_like(target_at))
-        clipped = torch.minimum(torch.maximum(draft_at, lift_at * target_at), upper)
-        adjusted_at = clipped / total.to(target_at.dtype)
-        return gsps_accept(adjusted_at, draft_at), (lift, cap, total)
+        adjusted_at = frontier_target(target_at[..., None], draft_at[..., None], lift, cap)
+        return gsps_accept(adjusted_at[..., 0], draft_at), (lift, cap)
 
     def residual(self, target_row, draft_row, draft_id, state):
         if state is None:
             return gsps_residual(target_row, draft_row)
-        lift, cap, total = state
-        adjusted = frontier_unnormalised(target_row, draft_row, lift, cap)
-        adjusted = adjusted / total[:, None].to(adjusted.dtype)
-        return gsps_residual(adjusted, draft_row)
+        lift, cap = state
+        return gsps_residual(frontier_target(target_row, draft_row, lift, cap), draft_row)
 
 
 def _one_hot_argmax(target_probs: Tensor) -> Tensor:
