@@ -41,10 +41,12 @@ ValueError naming the argument. ``check=False`` skips the value checks (not the 
 checks, which are free); out-of-range draft ids are then treated as rejected and NaN rows
 emit token 0, so no id outside [0, V) is ever returned.
 
-**Memory.** SpS, interp, cactus and cactus-exact read only q_n and p_n at the drafted ids
-to decide, and build one residual row per batch row: no [B, k, V] temporary. The frontier
-and the decision rules read the k rows they need; the frontier solves one h per row in
-chunks. ``verify_dense`` is the reference-style path that materialises h over [B, k, V].
+**Memory and work.** SpS, interp, cactus and cactus-exact read only q_n and p_n at the
+drafted ids to decide, and build one residual row per batch row: no [B, k, V] temporary.
+The frontier and the decision rules read whole rows, but only the rows the scan reaches:
+position by position, on the batch rows still accepting (``_accept_reached``), so a
+frontier solve after a row's first rejection is never done. ``verify_dense`` is the
+reference-style path that materialises h over [B, k, V].
 """
 
 from __future__ import annotations
@@ -196,10 +198,9 @@ def _uniforms(
 
 
 def _rows_at(probs: Tensor, positions: Tensor) -> Tensor:
-    """probs[b, positions[b]] for every b, [B, V], as one contiguous row gather."""
-    batch, steps, vocab = probs.shape
-    flat_index = torch.arange(batch, device=probs.device) * steps + positions
-    return probs.reshape(batch * steps, vocab).index_select(0, flat_index)
+    """probs[b, positions[b]] for every b, [B, V] (advanced indexing: on CPU it is about
+    15x faster than index_select over the flattened [B·k, V] view for V ~ 150k)."""
+    return probs[torch.arange(probs.shape[0], device=probs.device), positions]
 
 
 def _take(state, rows: Tensor, positions: Tensor):
@@ -209,6 +210,44 @@ def _take(state, rows: Tensor, positions: Tensor):
     if isinstance(state, tuple):
         return tuple(part[rows, positions] for part in state)
     return state[rows, positions]
+
+
+def _accept_reached(adapter, target, draft, ids, target_at, draft_at, accept_u, dtype):
+    """Acceptances for rules that read whole rows, computed only where the scan gets to.
+
+    Position i of row b matters only if positions < i were all accepted, so rows are
+    evaluated position by position on the rows still running: the frontier solves (and the
+    entropies, top-k values) of positions after a row's first rejection are never computed,
+    and no [B, k, V] copy in the compute dtype is made. Positions not reached keep a = 0
+    (never read: the scan stopped before them). Same decisions as evaluating everything.
+    """
+    batch, steps = ids.shape
+    probs = torch.zeros(batch, steps, dtype=dtype, device=ids.device)
+    state = None
+    running = torch.arange(batch, device=ids.device)
+    for position in range(steps):
+        if running.numel() == 0:
+            break
+        column = slice(position, position + 1)
+        probs_here, state_here = adapter.accept(
+            target[running, column].to(dtype),
+            draft[running, column].to(dtype),
+            ids[running, column],
+            target_at[running, column],
+            draft_at[running, column],
+        )
+        probs[running, position] = probs_here[:, 0]
+        if state_here is not None:
+            if state is None:
+                state = tuple(
+                    torch.ones(batch, steps, dtype=part.dtype, device=part.device)
+                    for part in state_here
+                )
+            for buffer, part in zip(state, state_here, strict=True):
+                buffer[running, position] = part[:, 0]
+        keep = accept_u[running, position] < probs_here[:, 0].to(torch.float64)
+        running = running[keep]
+    return probs, state
 
 
 # --- verify -----------------------------------------------------------------------------------
@@ -249,12 +288,11 @@ def verify(
         target_at = drafted_target.gather(-1, safe_ids[..., None])[..., 0].to(dtype)
         draft_at = draft.gather(-1, safe_ids[..., None])[..., 0].to(dtype)
         if adapter.reads_rows:
-            block_target, block_draft = drafted_target.to(dtype), draft.to(dtype)
+            accept_probs, state = _accept_reached(
+                adapter, drafted_target, draft, safe_ids, target_at, draft_at, accept_u, dtype
+            )
         else:
-            block_target = block_draft = None
-        accept_probs, state = adapter.accept(
-            block_target, block_draft, safe_ids, target_at, draft_at
-        )
+            accept_probs, state = adapter.accept(None, None, safe_ids, target_at, draft_at)
         accepted = (accept_u < accept_probs.to(torch.float64)) & in_range
         num_accepted = torch.cumprod(accepted.to(torch.int64), dim=1).sum(dim=1)
         stop = num_accepted.clamp(max=steps - 1)
