@@ -3,7 +3,8 @@
 One run decodes the same prompts with the same sampling settings and seed for the
 autoregressive baseline and for every (rule, k) pair, and reports side by side:
 
-- AL: tokens emitted per verifier call (1 + mean accepted drafts);
+- AL: mean accepted drafts per verify step (bonus token excluded, as in the paper), and
+  tokens per verifier call (AL + 1);
 - tokens/s and the speed-up over the baseline (ratio of tokens/s, same run);
 - the verifier-NLL quality proxy: mean negative log-likelihood (nats/token) of the
   generated tokens under the verifier's raw distribution. Lossless sps matches the
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
         {
             "rule": "autoregressive",
             "k": 0,
-            "acceptance_length": 1.0,
+            "acceptance_length": 0.0,
+            "tokens_per_call": 1.0,
             "tokens_per_second": baseline.tokens_per_second,
             "speedup": 1.0,
             "verifier_nll": baseline.nll,
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
                     "rule": rule.label,
                     "k": k,
                     "acceptance_length": totals.acceptance_length,
+                    "tokens_per_call": totals.tokens_per_call,
                     "tokens_per_second": totals.tokens_per_second,
                     "speedup": totals.tokens_per_second / max(baseline.tokens_per_second, 1e-12),
                     "verifier_nll": totals.nll,
@@ -84,17 +87,22 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
         f"{args.batch_size}, {settings}, {args.device} {args.dtype}, seed {args.seed}"
     )
     print(f"verifier {setup.verifier_path}\ndraft    {setup.draft_path}")
-    header = f"{'rule':<22} {'k':>3} {'AL':>6} {'tokens/s':>10} {'speed-up':>9} {'NLL':>7}"
+    header = (
+        f"{'rule':<22} {'k':>3} {'AL':>6} {'tok/call':>9} {'tokens/s':>10} {'speed-up':>9} "
+        f"{'NLL':>7}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         print(
             f"{row['rule']:<22} {row['k']:>3} {row['acceptance_length']:>6.2f} "
+            f"{row['tokens_per_call']:>9.2f} "
             f"{row['tokens_per_second']:>10,.1f} {row['speedup']:>8.2f}x "
             f"{row['verifier_nll']:>7.3f}"
         )
     print(
-        "AL = tokens per verifier call; NLL = verifier negative log-likelihood of the "
+        "AL = accepted drafts per verify step (bonus excluded); tok/call = AL + 1; "
+        "NLL = verifier negative log-likelihood of the "
         "generated tokens (nats/token, T=1)"
     )
     if args.json:

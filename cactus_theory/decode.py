@@ -109,8 +109,13 @@ class DecodeResult:
 
     @property
     def acceptance_length(self) -> float:
-        """AL: tokens emitted per verify step, 1 + mean accepted drafts."""
-        return 1.0 + self.mean_accepted if self.accepted_lengths.numel() else 1.0
+        """AL as in the paper: mean accepted drafts per verify step (bonus token excluded)."""
+        return self.mean_accepted
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Tokens emitted per verifier call: AL + 1 (the residual or bonus token)."""
+        return 1.0 + self.mean_accepted
 
 
 # --- model calls -----------------------------------------------------------------------------

@@ -5,9 +5,10 @@
 
 Without --verifier/--draft it uses the small pair trained on standard-library text
 (``cactus train-pair``; trained on first use, then cached) and, without --prompts, that
-pair's held-out prompts. It prints each generation, then a summary: AL (tokens per verifier
-call), tokens/s, the speed-up over plain autoregressive decoding of the same prompts with
-the same settings (measured in the same run), the acceptance histogram and the verifier
+pair's held-out prompts. It prints each generation, then a summary: AL (mean accepted
+drafts per verify step, bonus excluded, as in the paper), tokens per verifier call,
+tokens/s, the speed-up over plain autoregressive decoding of the same prompts with the same
+settings (measured in the same run), the acceptance histogram and the verifier
 NLL of both outputs.
 
 Prompt files: ``.jsonl`` holds one JSON string (or {"prompt": ...}) per line; any other
@@ -319,7 +320,13 @@ class Totals:
 
     @property
     def acceptance_length(self) -> float:
-        return 1.0 + sum(self.accepted) / len(self.accepted) if self.accepted else 1.0
+        """AL: mean accepted drafts per verify step (bonus excluded, as in the paper)."""
+        return sum(self.accepted) / len(self.accepted) if self.accepted else 0.0
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Tokens per verifier call: AL + 1."""
+        return 1.0 + self.acceptance_length
 
     @property
     def nll(self) -> float:
@@ -421,7 +428,8 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
     )
     print(f"verifier {setup.verifier_path}\ndraft    {setup.draft_path}")
     print(
-        f"speculative: AL {speculative.acceptance_length:.2f} tokens per verifier call "
+        f"speculative: AL {speculative.acceptance_length:.2f} accepted drafts per step, "
+        f"{speculative.tokens_per_call:.2f} tokens per verifier call "
         f"({speculative.verifier_calls} calls), {speculative.tokens_per_second:,.1f} tokens/s, "
         f"verifier NLL {speculative.nll:.3f} nats/token"
     )
@@ -432,6 +440,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
         "max_new_tokens": args.max_new_tokens,
         "speculative": {
             "acceptance_length": speculative.acceptance_length,
+            "tokens_per_call": speculative.tokens_per_call,
             "tokens_per_second": speculative.tokens_per_second,
             "tokens": speculative.tokens,
             "verifier_nll": speculative.nll,

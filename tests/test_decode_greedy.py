@@ -93,7 +93,8 @@ def test_ragged_batch_matches_generate(verifier, prompts, rule, k):
     steps = result.accepted_lengths
     active = steps >= 0
     assert any(len(set(row[mask].tolist())) > 1 for row, mask in zip(steps, active, strict=True))
-    assert 1.0 < result.acceptance_length <= k + 1
+    assert 0.0 < result.acceptance_length <= k
+    assert result.tokens_per_call == result.acceptance_length + 1
 
 
 def test_with_eos_rows_stop_at_their_first_eos(verifier, prompts):

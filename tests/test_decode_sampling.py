@@ -175,7 +175,8 @@ def test_result_statistics(pair):
         generator=torch.Generator().manual_seed(0),
     )
     valid = result.accepted_lengths[result.accepted_lengths >= 0]
-    assert result.acceptance_length == pytest.approx(1 + valid.float().mean().item())
+    assert result.acceptance_length == pytest.approx(valid.float().mean().item())
+    assert result.tokens_per_call == pytest.approx(1 + valid.float().mean().item())
     assert result.timing["verifier_calls"] == result.accepted_lengths.shape[0]
     assert result.total_tokens == 36 and result.tokens_per_second > 0
     assert [len(tokens) for tokens in result.new_tokens] == [9] * 4
