@@ -65,6 +65,11 @@ def _phi(t: Array) -> Array:
     return special.kl_div(t, 1.0)
 
 
+def _tail_sums(rows: Array) -> Array:
+    """[..., k] = Σ_{j >= k} rows[..., j]."""
+    return np.cumsum(rows[..., ::-1], axis=-1)[..., ::-1]
+
+
 class _SortedRows:
     """Per-row sorted ratios and prefix sums that make every evaluation O(V)."""
 
@@ -80,6 +85,10 @@ class _SortedRows:
         zero = np.zeros(target_probs.shape[:-1] + (1,))
         self.target_cum = np.concatenate([zero, np.cumsum(target_sorted, axis=-1)], axis=-1)
         self.draft_cum = np.concatenate([zero, np.cumsum(draft_sorted, axis=-1)], axis=-1)
+        # Tail sums (elements from k on), summed directly: total − prefix would cancel and
+        # lose a tail of tiny masses (q = 1e-27 next to q ≈ 1) entirely.
+        self.target_tail = np.concatenate([_tail_sums(target_sorted), zero], axis=-1)
+        self.draft_tail = np.concatenate([_tail_sums(draft_sorted), zero], axis=-1)
         self.kl_cum = np.concatenate([zero, np.cumsum(kl_terms, axis=-1)], axis=-1)
         # D at each breakpoint: D(r_k) = r_k Q[k] − P[k] (elements strictly before k).
         with np.errstate(invalid="ignore"):
@@ -104,8 +113,8 @@ class _SortedRows:
     def lift_for_cap(self, cap: Array) -> Array:
         """c_lo with D(c_lo) = E(cap): the lift that puts back the mass the cap removes."""
         above = self.count_below(cap, strict=False)
-        target_above = self.target_cum[..., -1] - self.gather(self.target_cum, above)
-        draft_above = self.draft_cum[..., -1] - self.gather(self.draft_cum, above)
+        target_above = self.gather(self.target_tail, above)
+        draft_above = self.gather(self.draft_tail, above)
         excess = np.maximum(draft_above - cap * target_above, 0.0)
         # The lift lies in [r_{m−1}, r_m] with m = #{k : D(r_k) <= excess} >= 1.
         segment = (self.lift_at_breaks <= excess[..., None]).sum(axis=-1)
@@ -121,7 +130,7 @@ class _SortedRows:
         low = self.count_below(lift, strict=True)
         high = self.count_below(cap, strict=False)
         target_low = self.gather(self.target_cum, low)
-        target_high = self.target_cum[..., -1] - self.gather(self.target_cum, high)
+        target_high = self.gather(self.target_tail, high)
         middle = self.gather(self.kl_cum, high) - self.gather(self.kl_cum, low)
         return target_low * _phi(lift) + middle + target_high * _phi(cap)
 

@@ -1,0 +1,46 @@
+"""Regression tests for core bugs the exact checks (proofs_check) found.
+
+1. frontier lost tails of tiny verifier mass (total − prefix cancels): with q ≈ (1, 5e−27,
+   5e−27) and the draft on the tiny tokens it returned h = (0.5, 0.25, 0.25), KL ≈ 29 for
+   a budget of 0.016.
+2. A branch whose γ_n equals q_n must leave q unchanged (δ = 0 is SpS); with q_n rounding
+   to 1 next to tiny positive masses the targets zeroed them (reverse KL = +inf).
+"""
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from cactus_theory import divergences, law, rules
+
+
+def _symmetric_tail_acceptance(tiny: float, delta: float) -> float:
+    """q = (1 − 2ε, ε, ε), p = (0, ½, ½): h = (1 − 2m, m, m) with KL(h‖q) = δ; acceptance 2m."""
+
+    def excess(mass: float) -> float:
+        h = np.array([1 - 2 * mass, mass, mass])
+        q = np.array([1 - 2 * tiny, tiny, tiny])
+        return float(divergences.kl_rows(h, q)) - delta
+
+    return 2 * optimize.brentq(excess, tiny, 0.25, xtol=1e-18, rtol=1e-15)
+
+
+@pytest.mark.parametrize("tiny", [4.94224065e-27, 1e-12, 1e-300])
+def test_frontier_keeps_a_tail_of_tiny_masses(tiny):
+    target = np.array([1 - 2 * tiny, tiny, tiny])
+    draft = np.array([0.0, 0.5, 0.5])
+    delta = 0.016358981089270183
+    rule = rules.make("frontier", delta=delta)
+    adjusted = rule.target_law(target / target.sum(), draft)
+    assert divergences.kl_rows(adjusted, target) <= delta * (1 + 1e-12)
+    expected = _symmetric_tail_acceptance(tiny, delta)
+    assert law.acceptance(rule, target, draft) == pytest.approx(expected, rel=1e-9)
+
+
+def test_frontier_budget_holds_on_full_rows_for_a_confident_verifier():
+    target = np.array([0.9999999957059823, 4.2940177003047814e-09])
+    draft = np.array([0.13340906930741614, 0.8665909306925837])
+    delta = 0.04943190735967431
+    adjusted = rules.make("frontier", delta=delta).target_law(target, draft)
+    assert divergences.kl_rows(adjusted, target) <= delta * (1 + 1e-12)
+    assert adjusted.sum() == pytest.approx(1.0, abs=1e-15)
