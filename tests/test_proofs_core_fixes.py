@@ -1,4 +1,4 @@
-"""Regression tests for core bugs the exact checks (proofs_check) found.
+"""Regression tests for the two core bugs the exact checks (proofs_check) found.
 
 1. frontier lost tails of tiny verifier mass (total − prefix cancels): with q ≈ (1, 5e−27,
    5e−27) and the draft on the tiny tokens it returned h = (0.5, 0.25, 0.25), KL ≈ 29 for
@@ -44,3 +44,22 @@ def test_frontier_budget_holds_on_full_rows_for_a_confident_verifier():
     adjusted = rules.make("frontier", delta=delta).target_law(target, draft)
     assert divergences.kl_rows(adjusted, target) <= delta * (1 + 1e-12)
     assert adjusted.sum() == pytest.approx(1.0, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["cactus:delta=0", "cactus-exact:delta=0", "cactus-exact:delta=0,divergence=reverse-kl"],
+)
+def test_zero_budget_branch_targets_equal_the_verifier_bit_for_bit(spec):
+    target = np.array([1.0, 2.3039711656101e-31, 0.0])
+    draft = np.array([0.2, 0.5, 0.3])
+    rule = rules.parse(spec)
+    for token in range(3):
+        assert np.array_equal(rule.targets_for(target, draft, np.asarray(token)), target)
+
+
+def test_reverse_kl_branch_stays_finite_when_the_drafted_mass_rounds_to_one():
+    target = np.array([1.0, 2.3039711656101e-31])
+    rule = rules.make("cactus-exact", delta=0.0026, divergence="reverse-kl")
+    adjusted = rule.targets_for(target, np.array([0.5, 0.5]), np.asarray(0))
+    assert divergences.rows("reverse-kl", adjusted, target) <= 0.0026

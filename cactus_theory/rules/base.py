@@ -151,7 +151,7 @@ class TargetRule(Rule):
 class BranchRule(Rule):
     """Generalised SpS whose h raises the drafted token to γ_n and scales the rest of q.
 
-    h^n_n = γ_n,  h^n_i = q_i (1 − γ_n)/(1 − q_n) for i ≠ n   (h^n = q = e_n when q_n = 1).
+    h^n_n = γ_n,  h^n_i = q_i (1 − γ_n)/(1 − q_n) for i ≠ n   (h^n = q when γ_n = q_n).
     """
 
     family: ClassVar[str] = "branch"
@@ -173,6 +173,9 @@ class BranchRule(Rule):
         raised = self.raised_mass(target_mass)
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = np.where(target_mass < 1.0, (1.0 - raised) / (1.0 - target_mass), 0.0)
+        # γ_n = q_n leaves q unchanged (δ = 0 is SpS), also when q_n rounds to 1 while other
+        # entries are tiny but positive (zeroing them would make reverse KL infinite).
+        scale = np.where(raised == target_mass, 1.0, scale)
         adjusted = target_probs * scale
         np.put_along_axis(adjusted, index, raised, axis=-1)
         return adjusted
