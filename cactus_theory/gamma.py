@@ -21,7 +21,8 @@ paper (Cor. 5)    min(1, q_n + sqrt(2 δ q_n (1−q_n)))   second-order KL; not 
 ================  =========================================================================
 
 (For χ² the substitution γ = sin²θ, q_n = sin²φ turns √(γ q_n) + √((1−γ)(1−q_n)) into
-cos(θ − φ), which gives the Hellinger line.) Roots use
+cos(θ − φ), which gives the Hellinger line.) A closed form that rounds above the budget is
+stepped down by single ulps until D(γ*) <= δ as computed. Roots use
 ``cactus_theory.roots.feasible_root`` (scipy's vectorised Chandrupatla) and return the
 *feasible* end of the final bracket, so D(γ*) <= δ holds as computed, not only up to
 tolerance.
@@ -72,7 +73,7 @@ def exact_raised_mass(
     name = divergences.check_name(divergence)
     bound = None if cap is None else np.broadcast_to(np.asarray(cap, dtype=np.float64), q_n.shape)
     if name in CLOSED_FORM or budget == 0.0:
-        raised = _closed_form(q_n, budget, name)
+        raised = _feasible_side(_closed_form(q_n, budget, name), q_n, budget, name)
         return raised if bound is None else np.minimum(raised, bound)
     return _root_raised_mass(q_n, budget, name, bound)
 
@@ -86,9 +87,37 @@ def _closed_form(q_n: Array, budget: float, name: str) -> Array:
         return np.minimum(1.0, q_n + budget)
     if budget >= 1.0:  # hellinger: H² <= 1 always
         return np.ones_like(q_n)
-    angle = np.minimum(np.pi / 2, np.arcsin(np.sqrt(q_n)) + np.arccos(1.0 - budget))
+    # acos(1 − δ) = 2 asin(√(δ/2)), which keeps full precision for small δ.
+    angle = np.minimum(np.pi / 2, np.arcsin(np.sqrt(q_n)) + 2.0 * np.arcsin(np.sqrt(budget / 2)))
     # sin² can round a hair below q_n when the added angle is tiny; γ* >= q_n always.
     return np.clip(np.sin(angle) ** 2, q_n, 1.0)
+
+
+def _feasible_side(raised: Array, q_n: Array, budget: float, name: str) -> Array:
+    """Step a rounded closed form down ulp by ulp (towards q_n) until D(γ) <= δ as computed.
+
+    The closed forms are exact in real arithmetic, but γ near 1 rounded up by one ulp can
+    exceed a tiny δ (TV: γ − q_n = δ(1 + 1e−9) at δ = 7e−8). D(q_n) = 0, so this stops.
+    """
+    for _ in range(_ULP_STEPS):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = divergences.binary(name, raised, q_n) > budget
+        if not np.any(over):
+            return raised
+        raised = np.where(over, np.maximum(np.nextafter(raised, q_n), q_n), raised)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = divergences.binary(name, raised, q_n) > budget
+    if np.any(over):  # farther than a few ulps: solve those on the feasible side
+
+        def excess(x: Array, q: Array) -> Array:
+            return divergences.binary(name, x, q) - budget
+
+        raised = raised.copy()
+        raised[over] = roots.feasible_root(excess, q_n[over], raised[over], args=(q_n[over],))
+    return raised
+
+
+_ULP_STEPS = 8
 
 
 def _upper_bracket(q_n: Array, delta: float, name: str) -> Array:
