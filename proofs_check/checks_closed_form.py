@@ -112,7 +112,7 @@ def check_cor5(context: Context) -> dict:
                 "to first order: γ* − γ = (1−2q_n)δ/3 + o(δ).",
                 "paper",
                 holds,
-                taylor.count,
+                root.count,
                 {
                     "max remainder/Lagrange bound": taylor.value,
                     "max closed-form error (ulps)": root.value,

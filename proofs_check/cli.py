@@ -40,6 +40,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--only", nargs="+", metavar="CHECK", help="run only these checks (see --list)"
     )
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument(
+        "--from-json",
+        metavar="PATH",
+        help="render a result saved with --json instead of running the checks",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -52,13 +57,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.seed < 0:
         raise ValueError(f"seed: must be >= 0, got {args.seed}")
-    result = runner.run(
-        quick=args.quick,
-        seed=args.seed,
-        progress=not args.no_progress,
-        cache_dir=args.cache_dir,
-        only=tuple(args.only) if args.only else None,
-    )
+    if args.from_json:
+        result = report.read_json(args.from_json)
+    else:
+        result = runner.run(
+            quick=args.quick,
+            seed=args.seed,
+            progress=not args.no_progress,
+            cache_dir=args.cache_dir,
+            only=tuple(args.only) if args.only else None,
+        )
     print(report.table_text(result))
     if args.json:
         report.write_json(result, args.json)
@@ -66,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.markdown, "w", encoding="utf-8") as stream:
             stream.write(report.to_markdown(result, heading="##"))
     if args.update_readme:
-        flags = "--quick " if args.quick else ""
+        flags = "--quick " if result.get("mode") == "quick" else ""
         intro = README_INTRO.format(flags=flags)
         report.update_readme(
             args.update_readme, intro + "\n\n" + report.to_markdown(result, heading="###")

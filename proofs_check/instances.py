@@ -135,11 +135,13 @@ def sample_deltas(rng: np.random.Generator, count: int) -> Array:
     return deltas
 
 
-def sample_delta(rng: np.random.Generator) -> float:
-    """One budget: one of ``SPECIAL_DELTAS`` with probability 1/7, else log-uniform [1e−4, 4]."""
+def sample_delta(rng: np.random.Generator, smallest: float = 0.0) -> float:
+    """One budget: one of ``SPECIAL_DELTAS`` (those >= ``smallest``) with probability 1/7,
+    else log-uniform in [max(1e−4, smallest), 4]."""
+    special = [value for value in SPECIAL_DELTAS if value >= smallest]
     if rng.random() < 1.0 / 7.0:
-        return float(rng.choice(SPECIAL_DELTAS))
-    return float(np.exp(rng.uniform(np.log(1e-4), np.log(4.0))))
+        return float(rng.choice(special))
+    return float(np.exp(rng.uniform(np.log(max(1e-4, smallest)), np.log(4.0))))
 
 
 def sample(
@@ -173,10 +175,12 @@ def batches(
     chunk: int = 512,
     *,
     one_delta: bool = False,
+    smallest_delta: float = 0.0,
 ) -> Iterator[Batch]:
     """``total`` instances in chunks, cycling through families and vocabulary sizes.
 
-    With ``one_delta`` every row of a chunk shares one budget (for rules built with a scalar δ).
+    With ``one_delta`` every row of a chunk shares one budget (for rules built with a scalar
+    δ), drawn by ``sample_delta`` with ``smallest_delta``.
     """
     produced = 0
     step = 0
@@ -184,7 +188,7 @@ def batches(
         family = FAMILIES[step % len(FAMILIES)]
         vocab_size = vocab_sizes[(step // len(FAMILIES)) % len(vocab_sizes)]
         count = min(chunk, total - produced)
-        delta = np.full(count, sample_delta(rng)) if one_delta else None
+        delta = np.full(count, sample_delta(rng, smallest_delta)) if one_delta else None
         yield sample(family, rng, count, vocab_size, delta)
         produced += count
         step += 1

@@ -13,6 +13,7 @@ import pytest
 
 import proofs_check
 from cactus_theory import divergences, law, rules
+from proofs_check import checks_laws
 
 MUST_HOLD = {
     "thm1",
@@ -128,3 +129,17 @@ def test_markdown_has_table_formula_and_gamma(result):
     assert "Measured Γ(δ)" in text
     for item in result["claims"]:
         assert f"`{item['id']}`" in text
+
+
+def test_gamma_search_reaches_the_construction_and_it_grows_like_sqrt_delta(result):
+    curve = result["curves"]["gamma"]
+    for vocab, values in curve["construction"].items():
+        for name in ("cactus", "cactus-exact"):
+            measured = curve["by_vocab"][vocab][name]
+            for found, built in zip(measured, values[name], strict=True):
+                assert found >= built - 1e-8  # the seed nudges a up by 1e-9 (relative)
+    # log(1/(M a)) = √(2(V − 2)δ) + O(δ): the emitted KL is of order √δ for V ≥ 3.
+    delta = 1e-8
+    for vocab in (3, 4, 8):
+        built = checks_laws.construction_kl("cactus-exact", delta, vocab)
+        assert built == pytest.approx(math.sqrt(2 * (vocab - 2) * delta), rel=1e-3)

@@ -85,11 +85,27 @@ def test_dispatcher_routes_check_and_bench(capsys):
         (["bench", "solvers", "--instances", "0"], "instances"),
         (["bench", "solvers", "--instances", "5", "--cvxpy-instances", "9"], "cvxpy-instances"),
         (["bench", "solvers", "--delta", "0"], "delta"),
+        (["check", "--from-json", "/nonexistent/result.json"], "from-json"),
     ],
 )
 def test_bad_arguments_are_clean_errors_naming_the_argument(argv, name, capsys):
     assert cactus_cli.main(argv) == 2
     assert f"error: {name}" in capsys.readouterr().err
+
+
+def test_a_saved_result_renders_without_rerunning(tmp_path, capsys):
+    saved = {
+        "claims": [claims.row("x", "a statement", "paper", True, 3, 0.5)],
+        "curves": {},
+        "mode": "full",
+        "seed": 0,
+    }
+    path = tmp_path / "saved.json"
+    report.write_json(saved, path)
+    markdown = tmp_path / "out.md"
+    assert cactus_cli.main(["check", "--from-json", str(path), "--markdown", str(markdown)]) == 0
+    assert "1/1 claims hold (full run, seed 0)" in capsys.readouterr().out
+    assert "`x`" in markdown.read_text(encoding="utf-8")
 
 
 def test_run_rejects_a_bad_seed():
