@@ -26,7 +26,16 @@ def run(
     """Every claim's verdict and the measured curves, as a JSON-serialisable dict.
 
     ``{"claims": [{"id", "statement", "owner", "verdict", "instances", "worst_case",
-    "counterexample"}, ...], "curves": {"gamma": {...}, "branch_overshoot": {...}}, ...}``.
+    "counterexample"}, ...], "curves": {"gamma": {...}, "branch_overshoot": {...}},
+    "mode", "seed", "fingerprint", "guarantees_hold"}``.
+
+    ``curves["gamma"]``: ``delta`` (list), ``rules`` ({"cactus", "cactus-exact", "frontier"}:
+    measured sup of KL(emitted‖q) per δ, over ``vocab_sizes``), ``by_vocab`` ({"V": {rule:
+    [...]}}), ``construction`` ({"V": {rule: [...]}}: the closed-form lower bound
+    log(1/(M a)) ≈ √(2(V−2)δ)) and ``unbounded_family`` (the same at V up to 1001).
+    ``curves["branch_overshoot"]``: ``delta``, ``measured`` and ``analytic`` (sup over q_n of
+    KL(h‖q)/δ for the paper's closed form, = log(1+2δ)/δ), ``argmax_target_mass``,
+    ``delta_critical``.
     ``quick`` runs small instance counts (tens of seconds); the full run has at least 10⁴
     instances per claim and caches finished checks under ``cache_dir`` (default
     ``$CACTUS_CACHE`` or ``~/.cache/cactus-theory``) so an interrupted run resumes.

@@ -42,8 +42,9 @@ CONIC_OPTIONS = {
     "max_iter": 400,
 }
 
-#: LPs go to HiGHS through scipy (cvxpy's "SCIPY" solver, method highs), which is silent.
-LP_SOLVER = ("SCIPY", {"scipy_options": {"method": "highs"}})
+#: LPs go to HiGHS through scipy (cvxpy's "SCIPY" solver), which is silent. HiGHS's presolve
+#: declares couplings of near-one-hot rows (masses ~1e-8) infeasible, so it is off.
+LP_SOLVER = ("SCIPY", {"scipy_options": {"method": "highs", "presolve": False}})
 
 
 class SolverError(RuntimeError):

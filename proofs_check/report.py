@@ -264,8 +264,8 @@ SENSES = """**In what sense the nuanced claims hold.**
 - *Thm 3.* The divergence part holds for every f-divergence because the emitted law lies
   coordinatewise between p and q (`lemma.between`: for a rejected branch n the residual
   adds at most q_x − p_x to a token with p_x ≤ q_x in total, since every normaliser Z_n is at
-  least the total rejected mass Σ_m (p_m − γ_m)). The Γ(δ) part is vacuous: Γ is finite
-  only at bounded V."""
+  least the total rejected mass Σ_m (p_m − γ_m)). The Γ(δ) part is weak: Γ is finite only
+  at bounded V, and even at V = 3 it is of order √δ rather than δ."""
 
 
 def to_markdown(result: dict, heading: str = "###") -> str:

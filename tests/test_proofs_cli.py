@@ -108,6 +108,15 @@ def test_a_saved_result_renders_without_rerunning(tmp_path, capsys):
     assert "`x`" in markdown.read_text(encoding="utf-8")
 
 
+def test_readme_without_markers_and_bad_owner_are_value_errors(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# nothing to replace\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="^update_readme"):
+        report.update_readme(readme, "text")
+    with pytest.raises(ValueError, match="^owner"):
+        claims.row("x", "s", "theirs", True, 1, 0.0)
+
+
 def test_run_rejects_a_bad_seed():
     with pytest.raises(ValueError, match="^seed"):
         runner.run(seed=-3, progress=False)
