@@ -262,7 +262,10 @@ def _check_branch(context: Context, divergence: str) -> dict:
             gap = np.where(accurate, np.abs(raised - best), np.nan)
             reduction.update(gap, gap > SOLVER_TOLERANCE, vocab_size, describe)
             if divergence in STRICTLY_CONVEX:
-                inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0)  # unique argmax there
+                # Compared only where the optimum is unique and the objective can tell it
+                # apart: 0 < q_n < 1 and a lift γ* − q_n above cvxpy's tolerance.
+                lift = exact[solved] - q_n[solved]
+                inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0) & (lift > SOLVER_TOLERANCE)
                 shaped = reference.structured_targets(target, tokens[solved], values)
                 # Structured h at the cvxpy optimum against cvxpy's own argmax (info only).
                 if np.any(inside):

@@ -242,7 +242,7 @@ def gamma_markdown(result: dict) -> str:
             "Γ grows with the vocabulary and is **unbounded over all V**: with "
             "q = (1 − M a, a, …, a) and p = (0, 1/M, …, 1/M), where a solves γ*(a, δ) = 1/M, "
             "every draft is accepted, the emitted law is p, every branch keeps KL(h‖q) ≤ δ, "
-            f"and KL(emitted‖q) = log(1/(M a)) ≈ Mδ. At δ = {family['delta']:g} "
+            f"and KL(emitted‖q) = log(1/(M a)) ≈ Mδ for large M. At δ = {family['delta']:g} "
             f"(cactus-exact): {members}. So the paper's bound min{{Γ(δ), KL(p‖q)}} reduces to "
             "KL(p‖q) unless the vocabulary is bounded; frontier's emitted KL is exactly "
             "min(δ, KL(p‖q)).",
