@@ -1,0 +1,125 @@
+"""Run every check, with progress bars and a resumable on-disk cache.
+
+``run(quick, seed, progress, cache_dir)`` returns the JSON-serialisable result
+
+    {"claims": [row, ...], "curves": {...}, "mode": "quick" | "full", "seed": int,
+     "fingerprint": str, "guarantees_hold": bool}
+
+Each finished check is written to ``<cache>/proofs_check/<fingerprint>-<mode>-seed<N>/
+<check>.json`` with an atomic rename, so an interrupted run resumes where it stopped. The
+fingerprint hashes the source of proofs_check and cactus_theory: editing either starts a
+fresh cache. Without ``cache_dir`` the full run caches under ``$CACTUS_CACHE`` (or
+``~/.cache/cactus-theory``) and the quick run does not cache at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from proofs_check import claims
+
+_PACKAGES = ("proofs_check", "cactus_theory")
+
+
+def default_cache_root() -> Path:
+    """$CACTUS_CACHE, else ~/.cache/cactus-theory (the convention of sims.corpus)."""
+    return Path(os.environ.get("CACTUS_CACHE", Path.home() / ".cache" / "cactus-theory"))
+
+
+def source_fingerprint() -> str:
+    """A short hash of every .py file in proofs_check and cactus_theory."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for package in _PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: non-finite floats become the strings "inf", "-inf", "nan"."""
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def run(
+    quick: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    cache_dir: str | None = None,
+    only: tuple[str, ...] | None = None,
+) -> dict:
+    """Every claim's verdict and the measured curves (see the module docstring).
+
+    ``only`` restricts the run to the named checks (names from ``claims.checks()``).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+    mode = "quick" if quick else "full"
+    fingerprint = source_fingerprint()
+    registry = claims.checks()
+    names = [name for name, _ in registry]
+    if only is not None:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise ValueError(f"only: unknown check {unknown[0]!r}; choose from {names}")
+        registry = [(name, check) for name, check in registry if name in only]
+    root = Path(cache_dir) if cache_dir is not None else (None if quick else default_cache_root())
+    folder = None if root is None else root / "proofs_check" / f"{fingerprint}-{mode}-seed{seed}"
+    context = claims.Context(quick=quick, seed=seed, progress=progress)
+
+    from tqdm.auto import tqdm
+
+    rows: list[dict] = []
+    curves: dict[str, Any] = {}
+    with tqdm(registry, desc=f"cactus check ({mode})", disable=not progress, unit="check") as bar:
+        for name, check in bar:
+            bar.set_postfix_str(name)
+            path = None if folder is None else folder / f"{name}.json"
+            if path is not None and path.exists():
+                result = json.loads(path.read_text(encoding="utf-8"))
+            else:
+                result = jsonable(check(context))
+                if path is not None:
+                    _atomic_write(path, json.dumps(result, ensure_ascii=False))
+            rows.extend(result["rows"])
+            curves.update(result.get("curves", {}))
+    return {
+        "claims": rows,
+        "curves": curves,
+        "mode": mode,
+        "seed": seed,
+        "fingerprint": fingerprint,
+        "guarantees_hold": guarantees_hold(rows),
+    }
+
+
+def guarantees_hold(rows: list[dict]) -> bool:
+    """True unless one of our own claims (owner "ours") fails."""
+    return all(item["verdict"] == "holds" for item in rows if item["owner"] == "ours")
