@@ -1,9 +1,10 @@
 """Interpolated Kneser–Ney n-gram language models over a token stream (vectorised numpy).
 
 The real-text source needs a verifier and a weaker draft that give *full* next-token
-distributions in real contexts. We use a smoothed 4-gram verifier and a bigram draft, both
-interpolated Kneser–Ney (Chen & Goodman 1998), built from the ``sims.corpus`` train stream
-with ``np.unique`` counts and cached on disk keyed by their settings and the stream.
+distributions in real contexts. We use a smoothed 4-gram verifier and (by default) a
+trigram draft, both interpolated Kneser–Ney (Chen & Goodman 1998), built from the
+``sims.corpus`` train stream with ``np.unique`` counts and cached on disk keyed by their
+settings and the stream.
 
 For order N and a history h = (w_{-N+1}, ..., w_{-1}), with h' the history without its
 oldest token and D_m the discount of order m:

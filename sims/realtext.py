@@ -1,6 +1,6 @@
 """The real-text source: n-gram verifier and draft over the standard-library corpus.
 
-- Verifier: an interpolated Kneser–Ney 4-gram; draft: a Kneser–Ney bigram (weaker), both
+- Verifier: an interpolated Kneser–Ney 4-gram; draft: a Kneser–Ney trigram (weaker), both
   fitted on the ``sims.corpus`` train stream with its BPE tokenizer and cached on disk.
 - Both are processed by the same sampling settings (``cactus_theory.processors``; default
   the paper's T = 0.6, top-k 20, top-p 0.95; ``PLAIN_SETTING`` is T = 1 untruncated), so
@@ -33,7 +33,7 @@ class TextSettings:
     sampling: SamplingSettings = field(default_factory=lambda: PAPER_SETTING)
     vocab_size: int = 4096
     verifier_order: int = 4
-    draft_order: int = 2
+    draft_order: int = 3
     held_out: float = 0.1
 
     def __post_init__(self) -> None:
@@ -122,7 +122,7 @@ class TextModels:
         return sampling.temperature == 0 or bool(sampling.top_k)
 
     def _draft_lookup(self) -> rows.CompactRows:
-        """Processed bigram draft rows for every previous token, computed once."""
+        """Processed bigram draft rows for every previous token, computed once (order 2 only)."""
         if self._draft_table is None:
             pieces = []
             every = np.arange(self.vocab_size, dtype=np.int64)[:, None]

@@ -23,10 +23,12 @@ def test_heldout_pool_rows_are_the_processed_model_rows(models):
     assert np.all(pool.target_probs[~real] == 0) and np.all(pool.draft_probs[~real] == 0)
     # Against the full 4096-token rows through the reference processors.
     verifier = processors.process_probs(
-        models.verifier.probs(pool.contexts[:, -3:]), processors.PAPER_SETTING
+        models.verifier.probs(pool.contexts[:, -(models.settings.verifier_order - 1) :]),
+        processors.PAPER_SETTING,
     )
+    draft_history = models.settings.draft_order - 1
     draft = processors.process_probs(
-        models.draft.probs(pool.contexts[:, -1:]), processors.PAPER_SETTING
+        models.draft.probs(pool.contexts[:, -draft_history:]), processors.PAPER_SETTING
     )
     np.testing.assert_allclose(
         rows.CompactRows(pool.ids, pool.target_probs, models.vocab_size).dense(),
