@@ -307,9 +307,17 @@ def check_overshoot(context: Context) -> dict:
                 "analytic": analytic,
                 "argmax_target_mass": kinks,
                 "delta_critical": critical,
+                # The analytic curve on a dense grid, for plotting it as a curve.
+                "analytic_curve": _dense_analytic(deltas),
             }
         },
     }
+
+
+def _dense_analytic(deltas: np.ndarray, points: int = 200) -> dict:
+    """log(1 + 2δ)/δ on a log grid spanning the measured δ (``overshoot.analytic_overshoot``)."""
+    grid = np.geomspace(float(deltas.min()), float(deltas.max()), points)
+    return {"delta": grid.tolist(), "value": overshoot.analytic_overshoot(grid).tolist()}
 
 
 def formula_text() -> str:
