@@ -22,25 +22,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cactus_theory import provenance
 from proofs_check import claims
 
 _PACKAGES = ("proofs_check", "cactus_theory")
 
 
 def default_cache_root() -> Path:
-    """$CACTUS_CACHE, else ~/.cache/cactus-theory (the convention of sims.corpus)."""
-    return Path(os.environ.get("CACTUS_CACHE", Path.home() / ".cache" / "cactus-theory"))
+    """The toolkit's cache root (``cactus_theory.provenance.cache_root``)."""
+    return provenance.cache_root()
 
 
 def source_fingerprint() -> str:
     """A short hash of every .py file in proofs_check and cactus_theory."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for package in _PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return provenance.source_fingerprint(*_PACKAGES)
 
 
 def jsonable(value: Any) -> Any:

@@ -27,16 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
+from cactus_theory import provenance
+
 END_OF_TEXT = "<|endoftext|>"
 EXCLUDED_PARTS = frozenset({"site-packages", "test", "tests", "idle_test", "__pycache__"})
 
 
 def cache_dir() -> Path:
-    """The cache folder: ``$CACTUS_CACHE`` or ``~/.cache/cactus-theory`` (created)."""
-    root = os.environ.get("CACTUS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cactus-theory"
-    )
-    path = Path(root)
+    """The cache folder ``provenance.cache_root()`` (``$CACTUS_CACHE`` or
+    ``~/.cache/cactus-theory``), created."""
+    path = provenance.cache_root()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -2,7 +2,8 @@
 
 A sweep is a list of *cells*. Each cell is computed once, written atomically to
 ``OUT/cells/<kind>/<key>.json`` (the key hashes everything the cell depends on: its kind,
-source settings, rule, k, sizes, seed and ``SCHEMA``) and read back from there on every
+source settings, rule, k, sizes, seed, ``SCHEMA`` and the source code of cactus_theory and
+sims) and read back from there on every
 later run, so an interrupted sweep resumes where it stopped and never recomputes a finished
 cell. Cell kinds:
 
@@ -36,12 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-from cactus_theory import block, validate
+from cactus_theory import block, provenance, validate
 from cactus_theory.processors import PAPER_SETTING, PLAIN_SETTING, SamplingSettings
 from sims import corpus, figure_data, montecarlo, pareto, realtext, synthetic, tradeoff
 from sims.pools import PairPool
 
 SCHEMA = 1
+#: The code a cell's value depends on: editing a rule or a simulation starts fresh cells.
+CODE = provenance.source_fingerprint("cactus_theory", "sims")
 
 #: Rules swept at every budget (δ), and the parameter-free or fixed ones.
 BUDGET_RULES = ("cactus", "cactus-exact", "frontier")
@@ -369,7 +372,7 @@ def cell_key(cell: Cell, config: SweepConfig, sources: Sources) -> str:
     """The cache key: everything the cell's value depends on, and nothing else."""
     sizes = sources.decode_sizes(cell) if cell.kind == "decode" else ()
     return corpus.fingerprint(
-        SCHEMA, asdict(cell), sources.describe(cell.source), sizes, config.seed
+        SCHEMA, CODE, asdict(cell), sources.describe(cell.source), sizes, config.seed
     )
 
 
