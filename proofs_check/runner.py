@@ -14,7 +14,6 @@ fresh cache. Without ``cache_dir`` the full run caches under ``$CACTUS_CACHE`` (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
