@@ -11,13 +11,7 @@ import torch_tiny_models as tiny
 
 from cactus_theory import decode
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("build", [tiny.llama, tiny.gpt2])

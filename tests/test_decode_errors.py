@@ -6,14 +6,7 @@ import torch_tiny_models as tiny
 
 from cactus_theory import decode
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models: one intra-op thread avoids oversubscribing CI's two cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,7 @@ from cactus_theory import decode
 MAX_NEW = 24
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -27,12 +27,7 @@ SETTINGS = SamplingSettings(temperature=1.0, top_k=6, top_p=0.97)
 PROMPT = [5, 1, 6, 2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -40,13 +40,7 @@ NEAR = 1e-5
 DEVICE = torch.device(os.environ.get("CACTUS_TEST_DEVICE", "cpu"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Small tensors: one intra-op thread avoids oversubscribing CI's two cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_block(seed, batch=1500, steps=4, vocab=16, dtype=torch.float64):

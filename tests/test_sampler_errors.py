@@ -20,12 +20,7 @@ ALL_RULES = [
 GSPS_RULES = ["sps", "cactus:delta=0.5", "cactus-exact:delta=0.5", "frontier:delta=0.2"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def block(batch=3, steps=2, vocab=5, seed=0):

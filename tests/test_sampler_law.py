@@ -50,13 +50,7 @@ def chi_square_p_value(tokens, probabilities):
 LAW_SPECS = ["cactus:delta=0.1", "cactus-exact:delta=0.1", "frontier:delta=0.3"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids oversubscribing CI's two cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("spec", LAW_SPECS)
