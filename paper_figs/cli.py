@@ -27,6 +27,4 @@ def run(args: argparse.Namespace) -> int:
 
     result = report.build(args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
     print(f"wrote {result.html} ({result.timings['total']:.1f} s)")
-    if result.claims_note:
-        print(f"note: claims check unavailable: {result.claims_note}")
     return 0

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import html
-import importlib
 import json
 import time
 from collections.abc import Callable
@@ -44,8 +43,7 @@ Z95 = 1.959963984540054
 class Report:
     html: Path
     figures: list[figures.Figure]
-    claims: dict | None
-    claims_note: str | None
+    claims: dict
     timings: dict[str, float] = field(default_factory=dict)
     summary: list[dict] = field(default_factory=list)
 
@@ -53,21 +51,16 @@ class Report:
 # -- steps ----------------------------------------------------------------------------------
 
 
-def run_claims(
-    out: Path, *, quick: bool, seed: int, progress: bool
-) -> tuple[dict | None, str | None]:
-    """Run ``proofs_check.run`` and save its JSON; (None, note) when it is not available."""
-    try:
-        module = importlib.import_module("proofs_check")
-        runner = module.run
-    except (ImportError, AttributeError) as error:
-        return None, f"proofs_check.run could not be loaded ({error})."
-    result = runner(quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache"))
+def run_claims(out: Path, *, quick: bool, seed: int, progress: bool) -> dict:
+    """Run ``proofs_check.run`` and save its JSON and markdown next to the report."""
+    import proofs_check
+
+    result = proofs_check.run(
+        quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache")
+    )
     (out / "claims.json").write_text(json.dumps(result, indent=1, default=str))
-    to_markdown = getattr(module, "to_markdown", None)
-    if to_markdown is not None:
-        (out / "claims.md").write_text(to_markdown(result))
-    return result, None
+    (out / "claims.md").write_text(proofs_check.to_markdown(result))
+    return result
 
 
 def build(
@@ -77,7 +70,7 @@ def build(
     seed: int = 0,
     progress: bool = True,
     config=None,
-    claims_runner: Callable[..., tuple[dict | None, str | None]] | None = None,
+    claims_runner: Callable[..., dict] | None = None,
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring)."""
     from sims import sweep
@@ -92,7 +85,7 @@ def build(
     result = sweep.run(preset, folder, progress=progress)
     timings["sweep"] = time.perf_counter() - start
     mark = time.perf_counter()
-    claims, note = (claims_runner or run_claims)(folder, quick=quick, seed=seed, progress=progress)
+    claims = (claims_runner or run_claims)(folder, quick=quick, seed=seed, progress=progress)
     timings["claims"] = time.perf_counter() - mark
     mark = time.perf_counter()
     main = preset.text[0].name if preset.text else ""
@@ -105,7 +98,6 @@ def build(
         results,
         drawn,
         claims,
-        note,
         summary,
         preset=preset,
         timings=timings,
@@ -126,14 +118,14 @@ def build(
             indent=1,
         )
     )
-    return Report(path, drawn, claims, note, timings, summary)
+    return Report(path, drawn, claims, timings, summary)
 
 
-def draw_figures(results: Results, claims: dict | None, folder: Path) -> list[figures.Figure]:
+def draw_figures(results: Results, claims: dict, folder: Path) -> list[figures.Figure]:
     """Every figure the available results allow, in report order (figure 2 second)."""
     drawn = []
     for index, make in enumerate(figures.SWEEP_FIGURES):
-        if index == 1 and claims is not None:
+        if index == 1:
             drawn.append(figures.figure_overshoot(claims, results, folder))
         if _has_data(make, results):
             drawn.append(make(results, folder))
@@ -282,7 +274,6 @@ th { background: #f2f2f2; } td:first-child, td:nth-child(2) { text-align: left; 
 td.holds { color: #1a7f37; font-weight: 600; } td.fails { color: #b91c1c; font-weight: 600; }
 figure { margin: 1.6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.92em; color: #333; margin-top: 0.4em; }
-.note { border-left: 4px solid #b91c1c; background: #fff4f4; padding: 0.6em 1em; }
 code { background: #f5f5f5; padding: 0 0.2em; }
 """
 
@@ -290,8 +281,7 @@ code { background: #f5f5f5; padding: 0 0.2em; }
 def render(
     results: Results,
     drawn: list[figures.Figure],
-    claims: dict | None,
-    note: str | None,
+    claims: dict,
     summary: list[dict],
     *,
     preset,
@@ -300,6 +290,8 @@ def render(
     quick: bool,
 ) -> str:
     """The report page (self-contained HTML; images are files next to it)."""
+    from sims.sweep import OUTPUT_FILES
+
     text_label = ""
     if preset.text:
         from sims.realtext import TextSettings
@@ -326,14 +318,8 @@ def render(
         "<code>decoding.csv</code>.</p>",
         "<h2>Claims</h2>",
     ]
-    if claims is None:
-        parts.append(
-            f"<p class='note'><b>Claims check unavailable.</b> {html.escape(note or '')}"
-            " The claims table and figure 2 are omitted from this report.</p>"
-        )
-    else:
-        parts.append(claims_table(claims))
-        parts.append("<p>Full result: <code>claims.json</code>.</p>")
+    parts.append(claims_table(claims))
+    parts.append("<p>Full result: <code>claims.json</code>.</p>")
     parts.append("<h2>Figures</h2>")
     for figure in drawn:
         number = int(figure.name[3])  # fig<N>_...: the issue's numbering, kept when one is missing
@@ -351,20 +337,7 @@ def render(
         "error; about 1 cell in 100 exceeds 2.58 by chance.</p>",
         validation_table(results),
         "<h2>Data</h2><p>",
-        ", ".join(
-            f"<a href='{name}'>{name}</a>"
-            for name in (
-                "tradeoff.csv",
-                "decoding.csv",
-                "positions.csv",
-                "sequence_kl.csv",
-                "speedup.csv",
-                "gamma.csv",
-                "drafted.csv",
-                "example.json",
-                "calibration.json",
-            )
-        ),
+        ", ".join(f"<a href='{name}'>{name}</a>" for name in OUTPUT_FILES),
         ". Column meanings are in the README (Simulations and the report).</p>",
         "</body></html>",
     ]

@@ -43,6 +43,19 @@ from sims import corpus, figure_data, montecarlo, pareto, realtext, synthetic, t
 from sims.pools import PairPool
 
 SCHEMA = 1
+#: The files ``write_csvs`` writes into the output folder (the last four when their figure
+#: data was computed).
+OUTPUT_FILES = (
+    "tradeoff.csv",
+    "decoding.csv",
+    "positions.csv",
+    "sequence_kl.csv",
+    "speedup.csv",
+    "gamma.csv",
+    "drafted.csv",
+    "example.json",
+    "calibration.json",
+)
 #: The code a cell's value depends on: editing a rule or a simulation starts fresh cells.
 CODE = provenance.source_fingerprint("cactus_theory", "sims")
 

@@ -54,7 +54,7 @@ FAKE_CLAIMS = {
 
 def fake_claims(folder, *, quick, seed, progress):
     (folder / "claims.json").write_text(json.dumps(FAKE_CLAIMS))
-    return FAKE_CLAIMS, None
+    return FAKE_CLAIMS
 
 
 @pytest.fixture(scope="module")
@@ -147,16 +147,6 @@ def test_figure_numbers(built):
     assert all(abs(value) < 1e-12 for _, value in sps)
 
 
-def test_claims_unavailable_is_visible(built, monkeypatch):
-    folder, _ = built
-    monkeypatch.setitem(sys.modules, "proofs_check", types.ModuleType("proofs_check"))
-    result = report.build(folder, quick=True, seed=0, progress=False, config=sweep.TINY)
-    page = result.html.read_text()
-    assert "Claims check unavailable" in page
-    assert "fig2_overshoot" not in [figure.name for figure in result.figures]
-    assert result.claims is None and "proofs_check.run" in result.claims_note
-
-
 def test_run_claims_calls_proofs_check_and_saves_json(tmp_path, monkeypatch):
     module = types.ModuleType("proofs_check")
     seen = {}
@@ -168,8 +158,8 @@ def test_run_claims_calls_proofs_check_and_saves_json(tmp_path, monkeypatch):
     module.run = run
     module.to_markdown = lambda result: "| id | verdict |\n"
     monkeypatch.setitem(sys.modules, "proofs_check", module)
-    claims, note = report.run_claims(tmp_path, quick=True, seed=3, progress=False)
-    assert note is None and claims == FAKE_CLAIMS
+    claims = report.run_claims(tmp_path, quick=True, seed=3, progress=False)
+    assert claims == FAKE_CLAIMS
     assert seen == {
         "quick": True,
         "seed": 3,

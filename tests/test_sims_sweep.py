@@ -8,18 +8,7 @@ from sims import sweep
 
 
 def _files(folder):
-    names = (
-        "tradeoff.csv",
-        "decoding.csv",
-        "positions.csv",
-        "sequence_kl.csv",
-        "speedup.csv",
-        "gamma.csv",
-        "drafted.csv",
-        "example.json",
-        "calibration.json",
-    )
-    return {name: (folder / name).read_bytes() for name in names}
+    return {name: (folder / name).read_bytes() for name in sweep.OUTPUT_FILES}
 
 
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path):
