@@ -17,7 +17,8 @@ the drafted ids, and build a full row only at the rejected position (never h ove
 Precision: elementwise work over V runs in the compute dtype (float32, or float64 for
 float64 inputs). Two scalar solves run in float64 because they are tiny or need it:
 γ*(q_n, δ) for cactus-exact (B·k scalars; safeguarded Newton), and the frontier's sorted
-prefix sums and its root in c_hi (O(V) per row, summed over up to 151,936 entries).
+prefix sums, bisection over its breakpoints and Newton root in c_hi (O(V) per row, summed
+over up to 151,936 entries; a fixed number of passes, as ``rules.frontier``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import torch
 
 from cactus_theory import rules
+from cactus_theory.rules import frontier as frontier_rule
 from cactus_theory.rules.base import Rule
 
 Tensor = torch.Tensor
@@ -247,17 +249,15 @@ def exact_raised_mass(
     return gamma
 
 
-# --- the frontier: sorted ratios, prefix sums and a scalar root (float64) ---------------------
+# --- the frontier: the fixed-pass solve of ``rules.frontier`` (float64) ------------------------
 
 
-def _count(sorted_values: Tensor, value: Tensor, *, strict: bool) -> Tensor:
-    """#{x : v_x < value} (strict) or #{x : v_x <= value} per row of a sorted [R, V]."""
-    return torch.searchsorted(sorted_values, value[:, None], right=not strict)[:, 0]
-
-
-def _prefix(values: Tensor) -> Tensor:
-    """[R, V+1]: Σ of the first j values, j = 0..V."""
-    return torch.cat([torch.zeros_like(values[:, :1]), torch.cumsum(values, dim=-1)], dim=-1)
+def _prefix(values: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """[R, V+1]: Σ of the first j values, j = 0..V (the cumsum written in place)."""
+    rows, size = values.shape
+    sums = torch.zeros(rows, size + 1, dtype=dtype or values.dtype, device=values.device)
+    torch.cumsum(values, dim=-1, dtype=dtype, out=sums[:, 1:])
+    return sums
 
 
 def _suffix(values: Tensor) -> Tensor:
@@ -265,112 +265,230 @@ def _suffix(values: Tensor) -> Tensor:
     return _prefix(values.flip(-1)).flip(-1)
 
 
-class _SortedRows:
-    """Per-row sorted ratios r = p/q with prefix and suffix sums (the numpy twin's layout)."""
+def _at(table: Tensor, index: Tensor) -> Tensor:
+    """table[r, index[r]] per row (index [R], any integer dtype)."""
+    return table.gather(-1, index.long()[:, None])[:, 0]
 
-    def __init__(self, target_rows: Tensor, draft_rows: Tensor) -> None:
+
+def _phi(t: Tensor) -> Tensor:
+    """φ(t) = t log t − t + 1 >= 0 (φ(0) = 1), as s log s − (s − 1) with s = max(t, 1e-300)."""
+    safe = torch.clamp(t, min=1e-300)
+    return torch.clamp(safe * torch.log(safe) - (safe - 1.0), min=0.0)
+
+
+def _tie_groups(ratio: Tensor) -> tuple[Tensor, Tensor] | None:
+    """(start, end) per sorted position k: the first position with r_j = r_k and one past
+    the last (``rules.frontier._tie_groups``); None when no two ratios are equal."""
+    rows, size = ratio.shape
+    same = ratio[:, 1:] == ratio[:, :-1]
+    if not bool(same.any().item()):
+        return None
+    index = torch.arange(size, device=ratio.device).expand(rows, size)
+    edge = torch.ones_like(same[:, :1])
+    start = torch.cummax(torch.where(torch.cat([edge, ~same], dim=-1), index, 0), dim=-1)
+    end_marks = torch.where(torch.cat([~same, edge], dim=-1), index, size).flip(-1)
+    end = torch.cummin(end_marks, dim=-1).values.flip(-1) + 1
+    return start.values, end
+
+
+class _Path:
+    """Sorted ratios r = p/q (+inf where q = 0) with prefix and suffix sums
+    (``rules.frontier._Path``)."""
+
+    def __init__(self, target_rows: Tensor, draft_rows: Tensor, kl_terms: Tensor) -> None:
         positive = target_rows > 0
         safe_target = torch.where(positive, target_rows, torch.ones_like(target_rows))
         ratio = torch.where(positive, draft_rows / safe_target, math.inf)
         self.ratio, order = torch.sort(ratio, dim=-1, stable=True)
+        del ratio, positive, safe_target
         target_sorted = target_rows.gather(-1, order)
         draft_sorted = draft_rows.gather(-1, order)
-        del order
         finite = torch.isfinite(self.ratio)
-        kl_terms = torch.where(finite, kl_div(draft_sorted, target_sorted), 0.0)
         self.target_below = _prefix(target_sorted)  # lifted side: small ratios
         self.draft_below = _prefix(draft_sorted)
+        self.kl_below = _prefix(torch.where(finite, kl_terms.gather(-1, order), 0.0))
         self.target_above = _suffix(target_sorted)  # capped side: large ratios
         self.draft_above = _suffix(draft_sorted)
-        self.kl_below = _prefix(kl_terms)
-        del target_sorted, draft_sorted, kl_terms
-        lift = self.ratio * self.target_below[:, :-1] - self.draft_below[:, :-1]
-        lift = torch.where(finite, lift, math.inf)
-        # D(r_k) is nondecreasing in k; cummax removes rounding dips so searchsorted applies.
-        self.lift_at_breaks = torch.cummax(lift, dim=-1).values
-        self.max_finite_ratio = torch.where(finite, self.ratio, 0.0).amax(dim=-1)
-
-    @staticmethod
-    def _at(sums: Tensor, count: Tensor) -> Tensor:
-        return sums.gather(-1, count[:, None])[:, 0]
-
-    def lift_for_cap(self, cap: Tensor) -> Tensor:
-        """c_lo with D(c_lo) = E(cap) = Σ (p − cap q)_+ (the mass the cap removes)."""
-        capped = _count(self.ratio, cap, strict=False)
-        target_above = self._at(self.target_above, capped)
-        draft_above = self._at(self.draft_above, capped)
-        removed = torch.where(target_above > 0, cap * target_above, 0.0)
-        excess = torch.clamp(draft_above - removed, min=0.0)
-        segment = torch.clamp(_count(self.lift_at_breaks, excess, strict=False), min=1)
-        lift = (excess + self._at(self.draft_below, segment)) / self._at(self.target_below, segment)
-        return torch.minimum(lift, cap)
-
-    def kl_for_cap(self, cap: Tensor) -> Tensor:
-        """KL(h‖q) for h = clip(p, c_lo q, cap q), c_lo = lift_for_cap(cap)."""
-        lift = self.lift_for_cap(cap)
-        low = _count(self.ratio, lift, strict=True)
-        high = _count(self.ratio, cap, strict=False)
-        middle = torch.clamp(self._at(self.kl_below, high) - self._at(self.kl_below, low), min=0)
-        target_low = self._at(self.target_below, low)
-        target_high = self._at(self.target_above, high)
-        one = torch.ones_like(cap)
-        capped_part = torch.where(target_high > 0, target_high * kl_div(cap, one), 0.0)
-        return target_low * kl_div(lift, one) + middle + capped_part
-
-    def select(self, rows: Tensor) -> _SortedRows:
-        subset = object.__new__(_SortedRows)
-        for key, value in vars(self).items():
-            setattr(subset, key, value[rows])
-        return subset
+        del target_sorted, draft_sorted, order
+        self.lifted = self.ratio < 1.0
+        self.capped = finite & (self.ratio > 1.0)
+        self.first_capped = (self.ratio <= 1.0).sum(dim=-1)
+        self.first_infinite = finite.sum(dim=-1)
+        last_finite = torch.clamp(self.first_infinite - 1, min=0)  # garbage rows: none
+        self.upper = torch.clamp(_at(self.ratio, last_finite), min=1.0)
+        self.end_mass = _at(self.draft_above, self.first_infinite)
 
 
-def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
+class _Segment:
+    """Fixed sets L = {<low}, H = {>=high}: c_lo(c) = (P_H + P_L − c Q_H)/Q_L and
+    KL(c) = Q_L φ(c_lo) + K_M + Q_H φ(c) (``rules.frontier._Segment``)."""
 
-    KL(h(c)‖q) increases with c. The root is found in t = log c (the bracket can span
-    hundreds of decades) by the Illinois method (regula falsi that halves the stale end's
-    value), which keeps a bracket [a, b] with KL(a) <= δ < KL(b); a row stops when its
-    bracket is a few ulps wide, and the feasible end a is returned, so KL(h‖q) <= δ as
-    computed. A budget below the rounding noise of KL at c = 1 keeps c = 1 (h = q).
+    def __init__(self, path: _Path, low: Tensor, high: Tensor) -> None:
+        self.draft_high = _at(path.draft_above, high)
+        self.target_high = _at(path.target_above, high)
+        self.draft_low = _at(path.draft_below, low)
+        self.target_low = _at(path.target_below, low)
+        middle = _at(path.kl_below, high) - _at(path.kl_below, low)
+        self.kl_middle = torch.clamp(middle, min=0.0)
+
+    def lift_for(self, cap: Tensor) -> Tensor:
+        return (self.draft_high - cap * self.target_high + self.draft_low) / self.target_low
+
+    def kl_at(self, cap: Tensor, lift: Tensor) -> Tensor:
+        return self.target_low * _phi(lift) + self.kl_middle + self.target_high * _phi(cap)
+
+    def kl_and_slope(self, cap: Tensor) -> tuple[Tensor, Tensor]:
+        """(KL(c), dKL/dc = Q_H log(c / c_lo))."""
+        lift = self.lift_for(cap)
+        slope = self.target_high * (torch.log(cap) - torch.log(lift))
+        return self.kl_at(cap, lift), slope
+
+
+class _Events:
+    """The breakpoints sorted by the mass they move, with the counts that give the sets at
+    each (``rules.frontier._Events``)."""
+
+    def __init__(self, path: _Path) -> None:
+        groups = _tie_groups(path.ratio)
+        if groups is None:  # D(r_k) from the tokens before k, E(r_k) from those after it
+            lift_mass = path.ratio * path.target_below[:, :-1] - path.draft_below[:, :-1]
+            cap_mass = path.draft_above[:, 1:] - path.ratio * path.target_above[:, 1:]
+        else:
+            start, end = groups
+            lift_mass = path.ratio * path.target_below.gather(-1, start)
+            lift_mass -= path.draft_below.gather(-1, start)
+            cap_mass = path.draft_above.gather(-1, end)
+            cap_mass -= path.ratio * path.target_above.gather(-1, end)
+            del start, end
+        mass = torch.where(path.lifted, lift_mass, torch.where(path.capped, cap_mass, math.inf))
+        del lift_mass, cap_mass
+        self.path = path
+        self.mass, self.token = torch.sort(mass, dim=-1, stable=True)
+        del mass
+        self.lifted = path.lifted.gather(-1, self.token)
+        self.capped = path.capped.gather(-1, self.token)
+        self.lifts_before = _prefix(self.lifted, dtype=torch.int32)
+        self.caps_before = _prefix(self.capped, dtype=torch.int32)
+        self.cap_count = self.caps_before[:, -1].long()
+
+    def at(self, position: Tensor) -> tuple[Tensor, Tensor]:
+        """(c, KL) at each row's sorted event ``position`` [R] (``rules.frontier``)."""
+        path = self.path
+        token, mass = _at(self.token, position), _at(self.mass, position)
+        lift_event, cap_event = _at(self.lifted, position), _at(self.capped, position)
+        low = torch.where(lift_event, token, torch.clamp(_at(self.lifts_before, position), min=1))
+        passed = path.first_capped + self.cap_count - _at(self.caps_before, position)
+        sets = _Segment(path, low, torch.where(cap_event, token, passed))
+        ratio = _at(path.ratio, token)
+        cap = torch.where(cap_event, ratio, (sets.draft_high - mass) / sets.target_high)
+        lift = torch.where(lift_event, ratio, (mass + sets.draft_low) / sets.target_low)
+        kl = sets.kl_at(cap, lift)
+        beyond = lift_event & ((mass <= path.end_mass) | ~(sets.target_high > 0))
+        event = lift_event | cap_event
+        kl = torch.where(event, torch.where(beyond, math.inf, kl), -math.inf)
+        return torch.where(event, cap, 1.0), kl
+
+
+def _locate_root(events: _Events, delta: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(s, c at event s − 1, c at event s), s = #{events with KL > δ}: ⌈log2(V+1)⌉ rounds
+    of bisection with no host synchronisation (``rules.frontier._locate_root``)."""
+    rows, size = events.token.shape
+    device = events.token.device
+    low = torch.zeros(rows, dtype=torch.long, device=device)
+    high = torch.full((rows,), size, dtype=torch.long, device=device)
+    right = torch.full((rows,), math.inf, dtype=torch.float64, device=device)
+    left = torch.ones(rows, dtype=torch.float64, device=device)
+    for _ in range(size.bit_length()):
+        active = low < high
+        middle = torch.clamp((low + high) // 2, max=size - 1)
+        cap, kl = events.at(middle)
+        over = active & (kl > delta)
+        within = active & ~over
+        low = torch.where(over, middle + 1, low)
+        right = torch.where(over, cap, right)
+        high = torch.where(within, middle, high)
+        left = torch.where(within, cap, left)
+    return low, right, left
+
+
+#: Newton steps between host synchronisations (the convergence check).
+NEWTON_BLOCK = 4
+
+
+def _newton_cap(
+    segment: _Segment, delta: float, low: Tensor, high: Tensor, done: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Safeguarded Newton from c = ``high`` on each row's segment (rows already ``done``
+    are left alone): ``rules.frontier._newton_cap``, checking convergence on the host once
+    every ``NEWTON_BLOCK`` steps."""
+    cap = high.clone()
+    from_newton = torch.ones_like(done)
+    tolerance = frontier_rule.NEWTON_TOLERANCE
+    for iteration in range(frontier_rule.NEWTON_STEPS):
+        kl, slope = segment.kl_and_slope(cap)
+        excess = kl - delta
+        over = excess > 0
+        high = torch.where(over, cap, high)
+        low = torch.where(over, low, cap)
+        done = done | (~over & from_newton) | (excess == 0)
+        step = excess / slope
+        usable = torch.isfinite(slope) & (slope > 0)
+        newton = cap - step
+        small = usable & (step.abs() <= tolerance * cap)
+        inside = usable & (newton >= low) & (newton <= high)
+        middle = torch.where(
+            high > 4.0 * low, torch.sqrt(low) * torch.sqrt(high), 0.5 * (low + high)
+        )
+        settled = done | small | (high - low <= tolerance * high)
+        cap = torch.where(done, cap, torch.where(inside, newton, middle))
+        done, from_newton = settled, inside
+        if iteration % NEWTON_BLOCK == NEWTON_BLOCK - 1 and bool(done.all().item()):
+            break
+    return cap, low
+
+
+def _feasible_cap(
+    segment: _Segment, delta: float, cap: Tensor, low: Tensor, rows: Tensor
+) -> Tensor:
+    """Move c down by 1, 2, 4, ... ulps (not below ``low``) until KL(c) <= δ as computed,
+    on the ``rows`` (a mask) that Newton solved."""
+    for power in range(64):
+        over = rows & (segment.kl_and_slope(cap)[0] > delta)
+        if not bool(over.any().item()):
+            break
+        lowered = torch.maximum(cap - cap * 2.0 ** (power - 52), low)
+        cap = torch.where(over, lowered, cap)
+    return cap
+
+
+def _solve_caps(
+    target_rows: Tensor, draft_rows: Tensor, kl_terms: Tensor, delta: float
+) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0, in the fixed passes of
+    ``rules.frontier._solve_caps``: sort the ratios, sort the breakpoints by moved mass,
+    bisect over them for the root's segment, Newton on it from the right, then ulps down
+    until KL(h‖q) <= δ as computed. Rows whose curve ends first get c = max finite ratio;
+    a budget below the rounding noise of KL at the segment's left end keeps that end.
     """
-    sorted_rows = _SortedRows(target_rows, draft_rows)
-    upper = torch.clamp(sorted_rows.max_finite_ratio, min=1.0)
-    cap = upper.clone()
-    starts_below = sorted_rows.kl_for_cap(torch.ones_like(upper)) < delta
-    cap = torch.where(starts_below, cap, torch.ones_like(cap))
-    reaches = (sorted_rows.kl_for_cap(upper) > delta) & (upper > 1.0) & starts_below
-    if bool(torch.any(reaches).item()):
-        where = reaches.nonzero(as_tuple=True)[0]
-        sub = sorted_rows.select(where)
-
-        def excess(log_cap: Tensor) -> Tensor:
-            return sub.kl_for_cap(torch.exp(log_cap)) - delta
-
-        low = torch.zeros_like(upper[where])
-        high = torch.log(upper[where])
-        f_low, f_high = excess(low), excess(high)
-        side = torch.zeros_like(low)
-        done = f_low >= 0  # excluded above; never loop on it
-        for iteration in range(400):
-            secant = (low * f_high - high * f_low) / (f_high - f_low)
-            inside = torch.isfinite(secant) & (secant > low) & (secant < high)
-            point = torch.where(inside, secant, 0.5 * (low + high))
-            f_point = excess(point)
-            feasible = (f_point <= 0) & ~done
-            infeasible = (f_point > 0) & ~done
-            f_high = torch.where(feasible & (side < 0), 0.5 * f_high, f_high)
-            f_low = torch.where(infeasible & (side > 0), 0.5 * f_low, f_low)
-            low, f_low = torch.where(feasible, point, low), torch.where(feasible, f_point, f_low)
-            high, f_high = (
-                torch.where(infeasible, point, high),
-                torch.where(infeasible, f_point, f_high),
-            )
-            side = torch.where(feasible, -1.0, torch.where(infeasible, 1.0, side))
-            done = done | (high - low <= 4e-16 * high.abs()) | (f_low == 0)
-            if iteration % 4 == 3 and bool(torch.all(done).item()):
-                break
-        cap[where] = torch.minimum(torch.exp(low), upper[where])
-    return sorted_rows.lift_for_cap(cap), cap
+    path = _Path(target_rows, draft_rows, kl_terms)
+    events = _Events(path)
+    past, right, left = _locate_root(events, delta)
+    low = torch.clamp(_at(events.lifts_before, past), min=1)
+    high = path.first_capped + events.cap_count - _at(events.caps_before, past)
+    segment = _Segment(path, low, high)
+    del events
+    left = torch.clamp(left, min=1.0)
+    right = torch.maximum(torch.fmin(right, path.upper), left)
+    reaches = high < path.first_infinite
+    at_left, slope = segment.kl_and_slope(left)
+    starts_over = at_left >= delta
+    tangent = left - (at_left - delta) / slope
+    start = torch.where(tangent > left, torch.fmin(tangent, right), right)
+    solve = reaches & ~starts_over
+    found, feasible_low = _newton_cap(segment, delta, left, start, ~solve)
+    found = _feasible_cap(segment, delta, found, feasible_low, solve)
+    cap = torch.where(solve, found, torch.where(reaches, left, path.upper))
+    return torch.minimum(segment.lift_for(cap), cap), cap
 
 
 #: Elements (rows × V) the frontier solve handles at once, by device type.
@@ -395,12 +513,16 @@ def frontier_constants(
     for start in range(0, rows, step):
         target = target_rows[start : start + step].to(torch.float64)
         draft = draft_rows[start : start + step].to(torch.float64)
-        fits = kl_div(draft, target).sum(dim=-1) <= delta
+        terms = kl_div(draft, target)
+        fits = terms.sum(dim=-1) <= delta
         lift[start : start + step] = torch.where(fits, 0.0, 1.0)
         cap[start : start + step] = torch.where(fits, math.inf, 1.0)
         todo = (~fits).nonzero(as_tuple=True)[0]
         if todo.numel():
-            lift[start + todo], cap[start + todo] = _solve_caps(target[todo], draft[todo], delta)
+            lift[start + todo], cap[start + todo] = _solve_caps(
+                target[todo], draft[todo], terms[todo], delta
+            )
+        del terms
     return lift, cap
 
 

@@ -138,14 +138,14 @@ def _unsort(sorted_values: Array, order: Array) -> Array:
     return values
 
 
-def _tie_groups(ratio: Array) -> tuple[Array, Array]:
+def _tie_groups(ratio: Array) -> tuple[Array, Array] | None:
     """(start, end) per sorted position k: the first position with r_j = r_k and one past
-    the last (k and k + 1 when there are no ties)."""
+    the last; None when no two ratios are equal (then they are k and k + 1)."""
     rows, size = ratio.shape
-    index = np.broadcast_to(np.arange(size), (rows, size))
     same = ratio[:, 1:] == ratio[:, :-1]
     if not same.any():
-        return index, index + 1
+        return None
+    index = np.broadcast_to(np.arange(size), (rows, size))
     edge = np.ones((rows, 1), dtype=bool)
     starts = np.concatenate([edge, ~same], axis=-1)
     ends = np.concatenate([~same, edge], axis=-1)
@@ -184,7 +184,8 @@ class _Path:
         self.first_capped = _reduce_rows(np.add, (self.ratio <= 1.0).astype(np.intp))
         self.first_infinite = _reduce_rows(np.add, finite.astype(np.intp))
         #: The curve ends at c = max finite ratio (h = p on supp q), where E = P_{q=0}.
-        self.upper = np.maximum(1.0, _gather(self.ratio, self.first_infinite - 1))
+        last_finite = np.maximum(self.first_infinite - 1, 0)
+        self.upper = np.maximum(1.0, _gather(self.ratio, last_finite))
         self.end_mass = _gather(self.draft_above, self.first_infinite)
 
 
@@ -249,12 +250,17 @@ class _Events:
 
     def __init__(self, path: _Path) -> None:
         rows, size = path.ratio.shape
-        start, end = _tie_groups(path.ratio)
+        groups = _tie_groups(path.ratio)
         with np.errstate(invalid="ignore", over="ignore"):
-            lift_mass = path.ratio * _gather(path.target_below, start)
-            lift_mass -= _gather(path.draft_below, start)
-            cap_mass = _gather(path.draft_above, end)
-            cap_mass -= path.ratio * _gather(path.target_above, end)
+            if groups is None:  # D(r_k) from the tokens before k, E(r_k) from those after
+                lift_mass = path.ratio * path.target_below[:, :-1] - path.draft_below[:, :-1]
+                cap_mass = path.draft_above[:, 1:] - path.ratio * path.target_above[:, 1:]
+            else:
+                start, end = groups
+                lift_mass = path.ratio * _gather(path.target_below, start)
+                lift_mass -= _gather(path.draft_below, start)
+                cap_mass = _gather(path.draft_above, end)
+                cap_mass -= path.ratio * _gather(path.target_above, end)
         mass = np.where(path.lifted, lift_mass, np.where(path.capped, cap_mass, np.inf))
         self.path = path
         self.token = np.argsort(mass, axis=-1, kind="stable")
