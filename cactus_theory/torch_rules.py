@@ -317,6 +317,17 @@ class _Path:
         last_finite = torch.clamp(self.first_infinite - 1, min=0)  # garbage rows: none
         self.upper = torch.clamp(_at(self.ratio, last_finite), min=1.0)
         self.end_mass = _at(self.draft_above, self.first_infinite)
+        # D(r_k) = Σ_{r_i < r_k} (r_k q_i − p_i) (tied tokens left out), made nondecreasing
+        # against rounding so that it can be searched.
+        self.ties = _tie_groups(self.ratio)
+        if self.ties is None:
+            lift = self.ratio * self.target_below[:, :-1] - self.draft_below[:, :-1]
+        else:
+            start = self.ties[0]
+            lift = self.ratio * self.target_below.gather(-1, start)
+            lift -= self.draft_below.gather(-1, start)
+        lift = torch.where(finite, lift, math.inf)
+        self.lift_at_breaks = torch.cummax(lift, dim=-1).values
 
 
 class _Segment:
@@ -344,71 +355,95 @@ class _Segment:
         return self.kl_at(cap, lift), slope
 
 
-class _Events:
-    """The breakpoints sorted by the mass they move, with the counts that give the sets at
-    each (``rules.frontier._Events``)."""
+def _cap_event_kl(path: _Path, position: Tensor) -> Tensor:
+    """KL(h‖q) at c = r_k for each row's sorted position k [R] (k capped).
 
-    def __init__(self, path: _Path) -> None:
-        groups = _tie_groups(path.ratio)
-        if groups is None:  # D(r_k) from the tokens before k, E(r_k) from those after it
-            lift_mass = path.ratio * path.target_below[:, :-1] - path.draft_below[:, :-1]
-            cap_mass = path.draft_above[:, 1:] - path.ratio * path.target_above[:, 1:]
-        else:
-            start, end = groups
-            lift_mass = path.ratio * path.target_below.gather(-1, start)
-            lift_mass -= path.draft_below.gather(-1, start)
-            cap_mass = path.draft_above.gather(-1, end)
-            cap_mass -= path.ratio * path.target_above.gather(-1, end)
-            del start, end
-        mass = torch.where(path.lifted, lift_mass, torch.where(path.capped, cap_mass, math.inf))
-        del lift_mass, cap_mass
-        self.path = path
-        self.mass, self.token = torch.sort(mass, dim=-1, stable=True)
-        del mass
-        self.lifted = path.lifted.gather(-1, self.token)
-        self.capped = path.capped.gather(-1, self.token)
-        self.lifts_before = _prefix(self.lifted, dtype=torch.int32)
-        self.caps_before = _prefix(self.capped, dtype=torch.int32)
-        self.cap_count = self.caps_before[:, -1].long()
-
-    def at(self, position: Tensor) -> tuple[Tensor, Tensor]:
-        """(c, KL) at each row's sorted event ``position`` [R] (``rules.frontier``)."""
-        path = self.path
-        token, mass = _at(self.token, position), _at(self.mass, position)
-        lift_event, cap_event = _at(self.lifted, position), _at(self.capped, position)
-        low = torch.where(lift_event, token, torch.clamp(_at(self.lifts_before, position), min=1))
-        passed = path.first_capped + self.cap_count - _at(self.caps_before, position)
-        sets = _Segment(path, low, torch.where(cap_event, token, passed))
-        ratio = _at(path.ratio, token)
-        cap = torch.where(cap_event, ratio, (sets.draft_high - mass) / sets.target_high)
-        lift = torch.where(lift_event, ratio, (mass + sets.draft_low) / sets.target_low)
-        kl = sets.kl_at(cap, lift)
-        beyond = lift_event & ((mass <= path.end_mass) | ~(sets.target_high > 0))
-        event = lift_event | cap_event
-        kl = torch.where(event, torch.where(beyond, math.inf, kl), -math.inf)
-        return torch.where(event, cap, 1.0), kl
+    E(r_k) = Σ_{r_j > r_k} (p_j − r_k q_j) = P_>=j − r_k Q_>=j with j one past k's ties.
+    The lift solves D(c_lo) = E: with l = #{i : D(r_i) <= E} (a search of the
+    nondecreasing breakpoint values D(r_i)), L = {<l} and c_lo = (E + P_L)/Q_L, and
+    KL = Q_L φ(c_lo) + Σ_{l<=i<j} q φ(r) + Q_>=j φ(r_k).
+    """
+    ratio = _at(path.ratio, position)
+    after = position + 1 if path.ties is None else _at(path.ties[1], position)
+    target_high = _at(path.target_above, after)
+    moved = torch.clamp(_at(path.draft_above, after) - ratio * target_high, min=0.0)
+    below = torch.searchsorted(path.lift_at_breaks, moved[:, None], right=True)[:, 0]
+    below = torch.clamp(below, min=1)
+    target_low = _at(path.target_below, below)
+    lift = torch.minimum((moved + _at(path.draft_below, below)) / target_low, ratio)
+    middle = torch.clamp(_at(path.kl_below, after) - _at(path.kl_below, below), min=0.0)
+    return target_low * _phi(lift) + middle + target_high * _phi(ratio)
 
 
-def _locate_root(events: _Events, delta: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(s, c at event s − 1, c at event s), s = #{events with KL > δ}: ⌈log2(V+1)⌉ rounds
-    of bisection with no host synchronisation (``rules.frontier._locate_root``)."""
-    rows, size = events.token.shape
-    device = events.token.device
-    low = torch.zeros(rows, dtype=torch.long, device=device)
-    high = torch.full((rows,), size, dtype=torch.long, device=device)
-    right = torch.full((rows,), math.inf, dtype=torch.float64, device=device)
-    left = torch.ones(rows, dtype=torch.float64, device=device)
-    for _ in range(size.bit_length()):
+def _bisect(first: Tensor, last: Tensor, rounds: int, predicate) -> Tensor:
+    """The first position in [first, last) where a monotone ``predicate`` (false, then
+    true) holds, per row (``last`` when none): ``rounds`` >= log2(V + 1) bisection steps,
+    no host synchronisation."""
+    low, high = first.clone(), last.clone()
+    for _ in range(rounds):
         active = low < high
-        middle = torch.clamp((low + high) // 2, max=size - 1)
-        cap, kl = events.at(middle)
-        over = active & (kl > delta)
-        within = active & ~over
-        low = torch.where(over, middle + 1, low)
-        right = torch.where(over, cap, right)
-        high = torch.where(within, middle, high)
-        left = torch.where(within, cap, left)
-    return low, right, left
+        middle = torch.minimum((low + high) // 2, torch.clamp(last - 1, min=0))
+        holds = predicate(middle)
+        high = torch.where(active & holds, middle, high)
+        low = torch.where(active & ~holds, middle + 1, low)
+    return low
+
+
+def _locate_root(path: _Path, delta: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(low, high, left, right): the root's segment L = {<low}, H = {>=high} and its ends.
+
+    Two bisections over the sorted ratios, O(log V) steps of O(1) work per row:
+
+    1. KL at a cap breakpoint c = r_k (``_cap_event_kl``) rises with k, so ``high`` is
+       the first capped position with KL > δ (first_infinite when none: the curve ends
+       first), and c lies in [c_a, c_b] = [max(1, r_{high−1}), r_high].
+    2. With H fixed, E(c) = P_H − c Q_H, so lift breakpoint i (c_lo = r_i) is passed at
+       c_i = (P_H − D_i)/Q_H, where KL = Q_<i φ(r_i) + Σ_{i<=k<high} q φ(r) + Q_H φ(c_i).
+       A lifted token i is still lifted at the root iff D_i < E(c_b), or
+       D_i < E(c_a) and KL_i > δ; this holds for the first ``low`` of them.
+
+    The nearest lift events on either side narrow [c_a, c_b] to the segment [left, right].
+    The same segment as ``rules.frontier._locate_root`` (which sorts all breakpoints by
+    the mass they move and bisects over them), without a second sort.
+    """
+    size = path.ratio.shape[-1]
+    rounds = size.bit_length()
+    high = _bisect(
+        path.first_capped,
+        path.first_infinite,
+        rounds,
+        lambda position: _cap_event_kl(path, position) > delta,
+    )
+    reaches = high < path.first_infinite
+    low_cap = torch.where(
+        high > path.first_capped, _at(path.ratio, torch.clamp(high - 1, min=0)), 1.0
+    )
+    low_cap = torch.clamp(low_cap, min=1.0)
+    high_cap = torch.where(reaches, _at(path.ratio, torch.clamp(high, max=size - 1)), path.upper)
+    draft_high, target_high = _at(path.draft_above, high), _at(path.target_above, high)
+    safe_target = torch.where(target_high > 0, target_high, 1.0)
+    kl_high = _at(path.kl_below, high)
+    # Moved mass at both ends: E(c_b) = P_{q=0} once the curve has ended (Q_H = 0).
+    mass_right = torch.clamp(draft_high - high_cap * target_high, min=0.0)
+    mass_left = torch.where(reaches, draft_high - low_cap * target_high, mass_right)
+
+    def still_lifted(position: Tensor) -> Tensor:
+        breaks = _at(path.lift_at_breaks, position)
+        cap = (draft_high - breaks) / safe_target
+        middle = torch.clamp(kl_high - _at(path.kl_below, position), min=0.0)
+        ratio = _at(path.ratio, position)
+        kl = _at(path.target_below, position) * _phi(ratio) + middle + target_high * _phi(cap)
+        return (breaks < mass_right) | ((breaks < mass_left) & (kl > delta))
+
+    first_middle = path.lifted.sum(dim=-1)
+    low = _bisect(torch.zeros_like(first_middle), first_middle, rounds, lambda k: ~still_lifted(k))
+    low = torch.clamp(low, min=1)
+    # The lift events next to the root: l − 1 (still lifted, passed at a larger c) and l.
+    right = torch.fmin(high_cap, (draft_high - _at(path.lift_at_breaks, low - 1)) / safe_target)
+    following = torch.clamp(low, max=size - 1)
+    at_next = (draft_high - _at(path.lift_at_breaks, following)) / safe_target
+    left = torch.where(low < first_middle, torch.fmax(low_cap, at_next), low_cap)
+    return low, high, left, torch.maximum(right, left)
 
 
 #: Newton steps between host synchronisations (the convergence check).
@@ -465,20 +500,14 @@ def _solve_caps(
     target_rows: Tensor, draft_rows: Tensor, kl_terms: Tensor, delta: float
 ) -> tuple[Tensor, Tensor]:
     """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0, in the fixed passes of
-    ``rules.frontier._solve_caps``: sort the ratios, sort the breakpoints by moved mass,
-    bisect over them for the root's segment, Newton on it from the right, then ulps down
-    until KL(h‖q) <= δ as computed. Rows whose curve ends first get c = max finite ratio;
-    a budget below the rounding noise of KL at the segment's left end keeps that end.
+    ``rules.frontier._solve_caps``: sort the ratios, find the root's segment from KL at
+    the breakpoints (``_locate_root``), Newton on it from the right, then ulps down until
+    KL(h‖q) <= δ as computed. Rows whose curve ends first get c = max finite ratio; a
+    budget below the rounding noise of KL at the segment's left end keeps that end.
     """
     path = _Path(target_rows, draft_rows, kl_terms)
-    events = _Events(path)
-    past, right, left = _locate_root(events, delta)
-    low = torch.clamp(_at(events.lifts_before, past), min=1)
-    high = path.first_capped + events.cap_count - _at(events.caps_before, past)
+    low, high, left, right = _locate_root(path, delta)
     segment = _Segment(path, low, high)
-    del events
-    left = torch.clamp(left, min=1.0)
-    right = torch.maximum(torch.fmin(right, path.upper), left)
     reaches = high < path.first_infinite
     at_left, slope = segment.kl_and_slope(left)
     starts_over = at_left >= delta
