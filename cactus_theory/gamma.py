@@ -73,8 +73,17 @@ def exact_raised_mass(
     name = divergences.check_name(divergence)
     bound = None if cap is None else np.broadcast_to(np.asarray(cap, dtype=np.float64), q_n.shape)
     if name in CLOSED_FORM or budget == 0.0:
-        raised = _feasible_side(_closed_form(q_n, budget, name), q_n, budget, name)
-        return raised if bound is None else np.minimum(raised, bound)
+        raised = np.asarray(_closed_form(q_n, budget, name))
+        if bound is None:
+            return _feasible_side(raised, q_n, budget, name)
+        # _feasible_side moves γ down by at most 8 ulps: where the closed form is further
+        # above the cap, min(γ, cap) = cap without the check.
+        result = np.asarray(np.minimum(raised, bound))
+        near = raised - 16.0 * np.spacing(raised) <= bound
+        if np.any(near):
+            checked = _feasible_side(raised[near], q_n[near], budget, name)
+            result[near] = np.minimum(checked, bound[near])
+        return result
     return _root_raised_mass(q_n, budget, name, bound)
 
 
@@ -131,7 +140,7 @@ def _root_raised_mass(q_n: Array, delta: float, name: str, cap: Array | None) ->
     A cap at or below q_n is the answer (min(γ*, cap) = cap since γ* >= q_n); q_n = 1
     gives 1; KL at q_n = 0 gives 0 (any γ > 0 has D = +inf; reverse KL and JS stay finite).
     """
-    gamma = q_n.copy() if cap is None else np.minimum(q_n, cap)
+    gamma = q_n.copy() if cap is None else np.asarray(np.minimum(q_n, cap))
     solve = q_n < 1.0
     if cap is not None:
         solve &= cap > q_n

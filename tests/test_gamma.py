@@ -124,3 +124,18 @@ def test_newton_terms_match_the_binary_divergence(q_n, fraction, name):
         ahead = float(divergences.binary(name, x + step, q_n))
         behind = float(divergences.binary(name, x - step, q_n))
         assert slope == pytest.approx((ahead - behind) / (2 * step), rel=1e-4)
+
+
+@pytest.mark.parametrize("name", DIVERGENCES)
+def test_scalar_inputs_match_arrays(name):
+    """0-d inputs (ufuncs turn 0-d results into numpy scalars) get the same answers."""
+    for q_n, delta, cap in (
+        (0.3, 0.1, 0.35),
+        (0.3, 0.1, 0.9),
+        (0.3, 0.1, None),
+        (0.3, 1e-9, 0.30001),
+    ):
+        scalar = gamma.exact_raised_mass(q_n, delta, name, cap)
+        row = gamma.exact_raised_mass([q_n], delta, name, None if cap is None else [cap])
+        assert np.shape(scalar) == () and float(scalar) == row[0]
+    assert float(gamma.exact_raised_mass(0.3, 0.1, name, cap=0.35)) == 0.35
