@@ -223,37 +223,40 @@ def _newton_root(name: str, q_n: Array, delta: float, high: Array) -> Array:
     moves down by ulps until D(γ) <= δ as computed. Any element Newton leaves unsettled
     goes to ``roots.feasible_root`` on its bracket.
     """
-    low, high = q_n.copy(), high.copy()
-    gamma = np.minimum(high, start_bound(name, q_n, delta))
+    gamma = np.empty_like(q_n)
+    index = np.arange(q_n.size)  # the unsettled elements; the arrays below follow them
+    target, low, high = q_n, q_n.copy(), high.copy()
+    point = np.minimum(high, start_bound(name, q_n, delta))
     # A feasible upper end is the answer, as if reached by a Newton step.
-    from_newton = gamma >= high
-    active = np.arange(gamma.size)
+    from_newton = point >= high
     for _ in range(NEWTON_STEPS):
-        point, target = gamma[active], q_n[active]
         value, slope = newton_terms(name, point, target)
         excess = value - delta
         over = excess > 0
-        above = np.where(over, point, high[active])
-        below = np.where(over, low[active], point)
-        finished = (~over & from_newton[active]) | (excess == 0)
+        high = np.where(over, point, high)
+        low = np.where(over, low, point)
+        finished = (~over & from_newton) | (excess == 0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             step = excess / slope
         usable = np.isfinite(slope) & (slope > 0)
         newton = point - step
-        inside = usable & (newton >= below) & (newton <= above)
+        inside = usable & (newton >= low) & (newton <= high)
         settled = (usable & (np.abs(step) <= NEWTON_TOLERANCE * point)) | (
-            above - below <= NEWTON_TOLERANCE * above
+            high - low <= NEWTON_TOLERANCE * high
         )
-        following = np.where(inside, newton, 0.5 * (below + above))
-        gamma[active] = np.where(finished, point, following)
-        low[active], high[active], from_newton[active] = below, above, inside
-        active = active[~(finished | settled)]
-        if not active.size:
-            break
-    gamma = _step_down(name, gamma, q_n, delta, q_n)
-    if active.size:
-        gamma[active] = _bracketed_root(name, q_n[active], delta, low[active], high[active])
-    return gamma
+        point = np.where(finished, point, np.where(inside, newton, 0.5 * (low + high)))
+        from_newton = inside
+        stop = finished | settled
+        if stop.any():
+            gamma[index[stop]] = point[stop]
+            keep = ~stop
+            index, point, target = index[keep], point[keep], target[keep]
+            low, high, from_newton = low[keep], high[keep], from_newton[keep]
+            if not index.size:
+                break
+    if index.size:
+        gamma[index] = _bracketed_root(name, target, delta, low, high)
+    return _step_down(name, gamma, q_n, delta, q_n)
 
 
 def _step_down(name: str, gamma: Array, q_n: Array, delta: float, low: Array) -> Array:
