@@ -341,40 +341,50 @@ def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tup
     factor > 4); a Newton iterate that rounding puts on the feasible side is the root to
     rounding and stops there.
     """
-    low, high, cap = low.copy(), high.copy(), high.copy()
-    done = np.zeros(cap.shape, dtype=bool)
-    from_newton = np.ones(cap.shape, dtype=bool)
+    found, feasible_low = high.copy(), low.copy()
+    index = np.arange(high.size)  # the unsettled rows; the arrays below follow them
+    cap, from_newton = high.copy(), np.ones(high.shape, dtype=bool)
     for _ in range(NEWTON_STEPS):
         kl, slope = segment.kl_and_slope(cap)
         excess = kl - delta
         over = excess > 0
         high = np.where(over, cap, high)
         low = np.where(over, low, cap)
-        done |= (~over & from_newton) | (excess == 0)
+        finished = (~over & from_newton) | (excess == 0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             step = excess / slope
         usable = np.isfinite(slope) & (slope > 0)
         newton = cap - step
-        small = usable & (np.abs(step) <= NEWTON_TOLERANCE * cap)
         inside = usable & (newton >= low) & (newton <= high)
+        settled = (usable & (np.abs(step) <= NEWTON_TOLERANCE * cap)) | (
+            high - low <= NEWTON_TOLERANCE * high
+        )
         middle = np.where(high > 4.0 * low, np.sqrt(low) * np.sqrt(high), 0.5 * (low + high))
-        settled = done | small | (high - low <= NEWTON_TOLERANCE * high)
-        cap = np.where(done, cap, np.where(inside, newton, middle))
-        done, from_newton = settled, inside
-        if done.all():
-            break
-    return cap, low
+        cap = np.where(finished, cap, np.where(inside, newton, middle))
+        from_newton = inside
+        stop = finished | settled
+        if stop.any():
+            found[index[stop]], feasible_low[index[stop]] = cap[stop], low[stop]
+            keep = ~stop
+            index, cap, low, high = index[keep], cap[keep], low[keep], high[keep]
+            from_newton, segment = from_newton[keep], segment.take(keep)
+            if not index.size:
+                break
+    found[index], feasible_low[index] = cap, low  # unsettled after NEWTON_STEPS: as they are
+    return found, feasible_low
 
 
 def _feasible_cap(segment: _Segment, delta: float, cap: Array, low: Array) -> Array:
-    """Move c down by 1, 2, 4, ... ulps (not below ``low``) until KL(c) <= δ as computed."""
+    """Move c down by 1, 2, 4, ... ulps (not below ``low``) until KL(c) <= δ as computed
+    (every row is checked once, offenders again)."""
     cap = cap.copy()
+    rows = np.arange(cap.size)
     for power in range(64):
-        over = segment.kl_and_slope(cap)[0] > delta
-        if not over.any():
+        over = segment.take(rows).kl_and_slope(cap[rows])[0] > delta
+        rows = rows[over]
+        if not rows.size:
             break
-        lowered = np.maximum(cap - cap * 2.0 ** (power - 52), low)
-        cap = np.where(over, lowered, cap)
+        cap[rows] = np.maximum(cap[rows] - cap[rows] * 2.0 ** (power - 52), low[rows])
     return cap
 
 
