@@ -74,10 +74,11 @@ def exact_raised_mass(
     bound = None if cap is None else np.broadcast_to(np.asarray(cap, dtype=np.float64), q_n.shape)
     if name in CLOSED_FORM or budget == 0.0:
         raised = np.asarray(_closed_form(q_n, budget, name))
-        if bound is None:
-            return _feasible_side(raised, q_n, budget, name)
+        if bound is None or name == "tv":  # TV's check is one subtraction: run it on all
+            checked = _feasible_side(raised, q_n, budget, name)
+            return checked if bound is None else np.minimum(checked, bound)
         # _feasible_side moves γ down by at most 8 ulps: where the closed form is further
-        # above the cap, min(γ, cap) = cap without the check.
+        # above the cap, min(γ, cap) = cap without the (costlier) check.
         result = np.asarray(np.minimum(raised, bound))
         near = raised - 16.0 * np.spacing(raised) <= bound
         if np.any(near):
