@@ -21,10 +21,11 @@ paper (Cor. 5)    min(1, q_n + sqrt(2 δ q_n (1−q_n)))   second-order KL; not 
 ================  =========================================================================
 
 (For χ² the substitution γ = sin²θ, q_n = sin²φ turns √(γ q_n) + √((1−γ)(1−q_n)) into
-cos(θ − φ), which gives the Hellinger line.) Roots use
-``cactus_theory.roots.feasible_root`` (scipy's vectorised Chandrupatla) and return the
-*feasible* end of the final bracket, so D(γ*) <= δ holds as computed, not only up to
-tolerance.
+cos(θ − φ), which gives the Hellinger line.) Roots use vectorised safeguarded Newton from
+the right, started at an explicit upper bound (``start_bound``): the three root
+divergences are convex and increasing in γ on [q_n, 1], so it converges monotonically. They
+finish on the *feasible* side: D(γ*) <= δ holds as computed, not only up to tolerance.
+``roots.feasible_root`` (scipy's Chandrupatla) takes any element Newton leaves unsettled.
 """
 
 from __future__ import annotations
@@ -72,8 +73,18 @@ def exact_raised_mass(
     name = divergences.check_name(divergence)
     bound = None if cap is None else np.broadcast_to(np.asarray(cap, dtype=np.float64), q_n.shape)
     if name in CLOSED_FORM or budget == 0.0:
-        raised = _feasible_side(_closed_form(q_n, budget, name), q_n, budget, name)
-        return raised if bound is None else np.minimum(raised, bound)
+        raised = np.asarray(_closed_form(q_n, budget, name))
+        if bound is None or name == "tv":  # TV's check is one subtraction: run it on all
+            checked = _feasible_side(raised, q_n, budget, name)
+            return checked if bound is None else np.minimum(checked, bound)
+        # _feasible_side moves γ down by at most 8 ulps: where the closed form is further
+        # above the cap, min(γ, cap) = cap without the (costlier) check.
+        result = np.asarray(np.minimum(raised, bound))
+        near = raised - 16.0 * np.spacing(raised) <= bound
+        if np.any(near):
+            checked = _feasible_side(raised[near], q_n[near], budget, name)
+            result[near] = np.minimum(checked, bound[near])
+        return result
     return _root_raised_mass(q_n, budget, name, bound)
 
 
@@ -125,28 +136,154 @@ def _upper_bracket(q_n: Array, delta: float, name: str) -> Array:
 
 
 def _root_raised_mass(q_n: Array, delta: float, name: str, cap: Array | None) -> Array:
-    gamma = q_n.copy()
-    upper = _upper_bracket(q_n, delta, name)
+    """γ* (or min(γ*, cap)) by ``_newton_root`` wherever the answer is not already known.
+
+    A cap at or below q_n is the answer (min(γ*, cap) = cap since γ* >= q_n); q_n = 1
+    gives 1; KL at q_n = 0 gives 0 (any γ > 0 has D = +inf; reverse KL and JS stay finite).
+    """
+    gamma = q_n.copy() if cap is None else np.asarray(np.minimum(q_n, cap))
+    solve = q_n < 1.0
     if cap is not None:
-        upper = np.minimum(upper, cap)
-        # A cap at or below q_n is the answer: min(γ*, cap) = cap since γ* >= q_n.
-        capped = cap <= q_n
-        gamma[capped] = cap[capped]
-    else:
-        capped = np.zeros(q_n.shape, dtype=bool)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        at_upper = divergences.binary(name, upper, q_n)
-    # D(upper) <= δ: the upper end itself is the answer (γ = 1 for KL when −log q_n <= δ).
-    saturated = (q_n < 1.0) & (at_upper <= delta) & ~capped
-    gamma[saturated] = upper[saturated]
-    # KL at q_n = 0: any γ > 0 has D = +inf, so γ* = 0 (reverse KL and JS stay finite).
-    stuck = (q_n <= 0.0) & (name == "kl")
-    solve = (q_n < 1.0) & ~saturated & ~stuck & ~capped
-    if np.any(solve):
-        low, high = q_n[solve], upper[solve]
-
-        def excess(x: Array, q: Array) -> Array:
-            return divergences.binary(name, x, q) - delta
-
-        gamma[solve] = roots.feasible_root(excess, low, high, args=(low,))
+        solve &= cap > q_n
+    if name == "kl":
+        solve &= q_n > 0.0
+    index = np.flatnonzero(solve)
+    if index.size:
+        target = np.ravel(q_n)[index]
+        upper = _upper_bracket(target, delta, name)
+        if cap is not None:
+            upper = np.minimum(upper, np.ravel(cap)[index])
+        np.ravel(gamma)[index] = _newton_root(name, target, delta, upper)
     return gamma
+
+
+def start_bound(name: str, q_n: Array, delta: float) -> Array:
+    """A γ >= γ*(q_n, δ) (D(γ) >= δ): where Newton from the right starts.
+
+    KL and reverse KL are ∫_q^γ of (γ − t) resp. (t − q) over t(1 − t), so
+    D >= (γ − q)² / (2 max_{[q, γ]} t(1 − t)). For q >= 1/2 the max is q(1 − q):
+    γ* <= q + sqrt(2 δ q (1 − q)). For γ <= 1/2 it is γ(1 − γ), whose bound is the root
+    γ_A = [(q + δ) + sqrt(δ (2 q (1 − q) + δ))] / (1 + 2 δ) of (γ − q)² = 2 δ γ (1 − γ)
+    (used when γ_A <= 1/2). Otherwise Pinsker: γ* <= q + sqrt(δ/2). For JS, Pinsker on
+    each half (TV((γ, ·), m) = |γ − q|/2) gives JS >= (γ − q)²/2: γ* <= q + sqrt(2 δ).
+    """
+    if name == "js":
+        return q_n + np.sqrt(2.0 * delta)
+    spread = q_n * (1.0 - q_n)
+    pinsker = q_n + np.sqrt(0.5 * delta)
+    small = ((q_n + delta) + np.sqrt(delta * (2.0 * spread + delta))) / (1.0 + 2.0 * delta)
+    below_half = np.where(small <= 0.5, small, pinsker)
+    return np.where(q_n >= 0.5, q_n + np.sqrt(2.0 * delta * spread), below_half)
+
+
+#: Relative step (and bracket width) at which Newton stops: a few ulps.
+NEWTON_TOLERANCE = 4 * np.finfo(np.float64).eps
+#: Most safeguarded Newton steps per element (a handful are taken).
+NEWTON_STEPS = 100
+
+
+def newton_terms(name: str, x: Array, q: Array) -> tuple[Array, Array]:
+    """(D(x), dD/dx) for q < x <= 1, q < 1, in the log1p form Newton iterates on.
+
+    With d = x − q, u = log1p(d/q) = log(x/q) and w = log1p(−d/(1−q)) = log((1−x)/(1−q)):
+    KL = x u + (1−x) w, slope u − w; reverse KL = −q u − (1−q) w, slope d/(x(1−x)).
+    JS with m = (x+q)/2, h = d/2: ½ [x log1p(h/m) + (1−x) log1p(−h/(1−m))
+    + q log(q/m) + (1−q) log1p(h/(1−m))], slope ½ [log1p(h/m) − log1p(−h/(1−m))].
+    The logs of ratios come from the exact differences, so the error is O(ε) relative as
+    in ``divergences.binary`` (which still decides feasibility); 0 · log 0 terms are 0.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        diff = x - q
+        if name == "js":
+            middle, half = 0.5 * (x + q), 0.5 * diff
+            up, down = np.log1p(half / middle), np.log1p(-half / (1.0 - middle))
+            # log(q/m) = log1p(−h/m), or log q − log m once q << m (1 − h/m would round).
+            back = np.where(half < 0.5 * middle, np.log1p(-half / middle), np.log(q / middle))
+            rest = np.log1p(half / (1.0 - middle))
+            value = x * up + np.where(x < 1.0, (1.0 - x) * down, 0.0)
+            value += np.where(q > 0.0, q * back, 0.0) + (1.0 - q) * rest
+            return 0.5 * value, 0.5 * (up - down)
+        up, down = np.log1p(diff / q), np.log1p(-diff / (1.0 - q))
+        if name == "reverse-kl":
+            value = -np.where(q > 0.0, q * up, 0.0) - (1.0 - q) * down
+            return value, diff / (x * (1.0 - x))
+        return x * up + np.where(x < 1.0, (1.0 - x) * down, 0.0), up - down
+
+
+def _newton_root(name: str, q_n: Array, delta: float, high: Array) -> Array:
+    """The largest γ in [q_n, high] with D(γ) <= δ (D(q_n) = 0 < δ), elementwise.
+
+    D is convex and increasing on [q_n, 1], so a Newton step from any point lands at or
+    right of the root, and Newton from the right converges monotonically. It starts from
+    the smaller of ``high`` and ``start_bound`` (where D >= δ already); when that is
+    ``high`` and D(high) <= δ, high is the answer (saturated: γ = 1 for KL when
+    −log q_n <= δ, or the cap). A Newton iterate that rounding puts on the feasible side
+    is the root to rounding. Safeguards keep a bracket [low, high] with D(low) <= δ <
+    D(high): an infinite slope (at γ = 1) or a step out of it becomes a bisection.
+    Iterates use ``newton_terms``; then ``divergences.binary`` checks every result and γ
+    moves down by ulps until D(γ) <= δ as computed. Any element Newton leaves unsettled
+    goes to ``roots.feasible_root`` on its bracket.
+    """
+    gamma = np.empty_like(q_n)
+    index = np.arange(q_n.size)  # the unsettled elements; the arrays below follow them
+    target, low, high = q_n, q_n.copy(), high.copy()
+    point = np.minimum(high, start_bound(name, q_n, delta))
+    # A feasible upper end is the answer, as if reached by a Newton step.
+    from_newton = point >= high
+    for _ in range(NEWTON_STEPS):
+        value, slope = newton_terms(name, point, target)
+        excess = value - delta
+        over = excess > 0
+        high = np.where(over, point, high)
+        low = np.where(over, low, point)
+        finished = (~over & from_newton) | (excess == 0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            step = excess / slope
+        usable = np.isfinite(slope) & (slope > 0)
+        newton = point - step
+        inside = usable & (newton >= low) & (newton <= high)
+        settled = (usable & (np.abs(step) <= NEWTON_TOLERANCE * point)) | (
+            high - low <= NEWTON_TOLERANCE * high
+        )
+        point = np.where(finished, point, np.where(inside, newton, 0.5 * (low + high)))
+        from_newton = inside
+        stop = finished | settled
+        if stop.any():
+            gamma[index[stop]] = point[stop]
+            keep = ~stop
+            index, point, target = index[keep], point[keep], target[keep]
+            low, high, from_newton = low[keep], high[keep], from_newton[keep]
+            if not index.size:
+                break
+    if index.size:
+        gamma[index] = _bracketed_root(name, target, delta, low, high)
+    return _step_down(name, gamma, q_n, delta, q_n)
+
+
+def _step_down(name: str, gamma: Array, q_n: Array, delta: float, low: Array) -> Array:
+    """Move γ down by 1, 2, 4, ... ulps (not below ``low``, where D <= δ) until D(γ) <= δ
+    as computed by ``divergences.binary`` (every element is checked once, offenders again)."""
+    gamma = gamma.copy()
+    rows = np.arange(gamma.size)
+    for power in range(64):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = divergences.binary(name, gamma[rows], q_n[rows]) > delta
+        rows = rows[over]
+        if not rows.size:
+            break
+        gamma[rows] = np.maximum(gamma[rows] - gamma[rows] * 2.0 ** (power - 52), low[rows])
+    return gamma
+
+
+def _bracketed_root(name: str, q_n: Array, delta: float, low: Array, high: Array) -> Array:
+    """``roots.feasible_root`` on [low, high] (the fallback; low itself where D(low) = δ)."""
+
+    def excess(x: Array, q: Array) -> Array:
+        return divergences.binary(name, x, q) - delta
+
+    result = low.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        proper = (excess(low, q_n) < 0) & (excess(high, q_n) > 0)
+    if proper.any():
+        result[proper] = roots.feasible_root(excess, low[proper], high[proper], args=(q_n[proper],))
+    return result

@@ -17,7 +17,8 @@ the drafted ids, and build a full row only at the rejected position (never h ove
 Precision: elementwise work over V runs in the compute dtype (float32, or float64 for
 float64 inputs). Two scalar solves run in float64 because they are tiny or need it:
 γ*(q_n, δ) for cactus-exact (B·k scalars; safeguarded Newton), and the frontier's sorted
-prefix sums and its root in c_hi (O(V) per row, summed over up to 151,936 entries).
+prefix sums, bisection over its breakpoints and Newton root in c_hi (O(V) per row, summed
+over up to 151,936 entries; a fixed number of passes, as ``rules.frontier``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import torch
 
 from cactus_theory import rules
+from cactus_theory.rules import frontier as frontier_rule
 from cactus_theory.rules.base import Rule
 
 Tensor = torch.Tensor
@@ -247,17 +249,15 @@ def exact_raised_mass(
     return gamma
 
 
-# --- the frontier: sorted ratios, prefix sums and a scalar root (float64) ---------------------
+# --- the frontier: the fixed-pass solve of ``rules.frontier`` (float64) ------------------------
 
 
-def _count(sorted_values: Tensor, value: Tensor, *, strict: bool) -> Tensor:
-    """#{x : v_x < value} (strict) or #{x : v_x <= value} per row of a sorted [R, V]."""
-    return torch.searchsorted(sorted_values, value[:, None], right=not strict)[:, 0]
-
-
-def _prefix(values: Tensor) -> Tensor:
-    """[R, V+1]: Σ of the first j values, j = 0..V."""
-    return torch.cat([torch.zeros_like(values[:, :1]), torch.cumsum(values, dim=-1)], dim=-1)
+def _prefix(values: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """[R, V+1]: Σ of the first j values, j = 0..V (the cumsum written in place)."""
+    rows, size = values.shape
+    sums = torch.zeros(rows, size + 1, dtype=dtype or values.dtype, device=values.device)
+    torch.cumsum(values, dim=-1, dtype=dtype, out=sums[:, 1:])
+    return sums
 
 
 def _suffix(values: Tensor) -> Tensor:
@@ -265,112 +265,259 @@ def _suffix(values: Tensor) -> Tensor:
     return _prefix(values.flip(-1)).flip(-1)
 
 
-class _SortedRows:
-    """Per-row sorted ratios r = p/q with prefix and suffix sums (the numpy twin's layout)."""
+def _at(table: Tensor, index: Tensor) -> Tensor:
+    """table[r, index[r]] per row (index [R], any integer dtype)."""
+    return table.gather(-1, index.long()[:, None])[:, 0]
 
-    def __init__(self, target_rows: Tensor, draft_rows: Tensor) -> None:
+
+def _phi(t: Tensor) -> Tensor:
+    """φ(t) = t log t − t + 1 >= 0 (φ(0) = 1), as s log s − (s − 1) with s = max(t, 1e-300)."""
+    safe = torch.clamp(t, min=1e-300)
+    return torch.clamp(safe * torch.log(safe) - (safe - 1.0), min=0.0)
+
+
+def _tie_groups(ratio: Tensor) -> tuple[Tensor, Tensor] | None:
+    """(start, end) per sorted position k: the first position with r_j = r_k and one past
+    the last (``rules.frontier._tie_groups``); None when no two ratios are equal."""
+    rows, size = ratio.shape
+    same = ratio[:, 1:] == ratio[:, :-1]
+    if not bool(same.any().item()):
+        return None
+    index = torch.arange(size, device=ratio.device).expand(rows, size)
+    edge = torch.ones_like(same[:, :1])
+    start = torch.cummax(torch.where(torch.cat([edge, ~same], dim=-1), index, 0), dim=-1)
+    end_marks = torch.where(torch.cat([~same, edge], dim=-1), index, size).flip(-1)
+    end = torch.cummin(end_marks, dim=-1).values.flip(-1) + 1
+    return start.values, end
+
+
+class _Path:
+    """Sorted ratios r = p/q (+inf where q = 0) with prefix and suffix sums
+    (``rules.frontier._Path``)."""
+
+    def __init__(self, target_rows: Tensor, draft_rows: Tensor, kl_terms: Tensor) -> None:
         positive = target_rows > 0
         safe_target = torch.where(positive, target_rows, torch.ones_like(target_rows))
         ratio = torch.where(positive, draft_rows / safe_target, math.inf)
         self.ratio, order = torch.sort(ratio, dim=-1, stable=True)
+        del ratio, positive, safe_target
         target_sorted = target_rows.gather(-1, order)
         draft_sorted = draft_rows.gather(-1, order)
-        del order
         finite = torch.isfinite(self.ratio)
-        kl_terms = torch.where(finite, kl_div(draft_sorted, target_sorted), 0.0)
         self.target_below = _prefix(target_sorted)  # lifted side: small ratios
         self.draft_below = _prefix(draft_sorted)
+        self.kl_below = _prefix(torch.where(finite, kl_terms.gather(-1, order), 0.0))
         self.target_above = _suffix(target_sorted)  # capped side: large ratios
         self.draft_above = _suffix(draft_sorted)
-        self.kl_below = _prefix(kl_terms)
-        del target_sorted, draft_sorted, kl_terms
-        lift = self.ratio * self.target_below[:, :-1] - self.draft_below[:, :-1]
+        del target_sorted, draft_sorted, order
+        self.lifted = self.ratio < 1.0
+        self.capped = finite & (self.ratio > 1.0)
+        self.first_capped = (self.ratio <= 1.0).sum(dim=-1)
+        self.first_infinite = finite.sum(dim=-1)
+        last_finite = torch.clamp(self.first_infinite - 1, min=0)  # garbage rows: none
+        self.upper = torch.clamp(_at(self.ratio, last_finite), min=1.0)
+        self.end_mass = _at(self.draft_above, self.first_infinite)
+        # D(r_k) = Σ_{r_i < r_k} (r_k q_i − p_i) (tied tokens left out), made nondecreasing
+        # against rounding so that it can be searched.
+        self.ties = _tie_groups(self.ratio)
+        if self.ties is None:
+            lift = self.ratio * self.target_below[:, :-1] - self.draft_below[:, :-1]
+        else:
+            start = self.ties[0]
+            lift = self.ratio * self.target_below.gather(-1, start)
+            lift -= self.draft_below.gather(-1, start)
         lift = torch.where(finite, lift, math.inf)
-        # D(r_k) is nondecreasing in k; cummax removes rounding dips so searchsorted applies.
         self.lift_at_breaks = torch.cummax(lift, dim=-1).values
-        self.max_finite_ratio = torch.where(finite, self.ratio, 0.0).amax(dim=-1)
-
-    @staticmethod
-    def _at(sums: Tensor, count: Tensor) -> Tensor:
-        return sums.gather(-1, count[:, None])[:, 0]
-
-    def lift_for_cap(self, cap: Tensor) -> Tensor:
-        """c_lo with D(c_lo) = E(cap) = Σ (p − cap q)_+ (the mass the cap removes)."""
-        capped = _count(self.ratio, cap, strict=False)
-        target_above = self._at(self.target_above, capped)
-        draft_above = self._at(self.draft_above, capped)
-        removed = torch.where(target_above > 0, cap * target_above, 0.0)
-        excess = torch.clamp(draft_above - removed, min=0.0)
-        segment = torch.clamp(_count(self.lift_at_breaks, excess, strict=False), min=1)
-        lift = (excess + self._at(self.draft_below, segment)) / self._at(self.target_below, segment)
-        return torch.minimum(lift, cap)
-
-    def kl_for_cap(self, cap: Tensor) -> Tensor:
-        """KL(h‖q) for h = clip(p, c_lo q, cap q), c_lo = lift_for_cap(cap)."""
-        lift = self.lift_for_cap(cap)
-        low = _count(self.ratio, lift, strict=True)
-        high = _count(self.ratio, cap, strict=False)
-        middle = torch.clamp(self._at(self.kl_below, high) - self._at(self.kl_below, low), min=0)
-        target_low = self._at(self.target_below, low)
-        target_high = self._at(self.target_above, high)
-        one = torch.ones_like(cap)
-        capped_part = torch.where(target_high > 0, target_high * kl_div(cap, one), 0.0)
-        return target_low * kl_div(lift, one) + middle + capped_part
-
-    def select(self, rows: Tensor) -> _SortedRows:
-        subset = object.__new__(_SortedRows)
-        for key, value in vars(self).items():
-            setattr(subset, key, value[rows])
-        return subset
 
 
-def _solve_caps(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
-    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0: KL(h(c)‖q) = δ for c in [1, max r].
+class _Segment:
+    """Fixed sets L = {<low}, H = {>=high}: c_lo(c) = (P_H + P_L − c Q_H)/Q_L and
+    KL(c) = Q_L φ(c_lo) + K_M + Q_H φ(c) (``rules.frontier._Segment``)."""
 
-    KL(h(c)‖q) increases with c. The root is found in t = log c (the bracket can span
-    hundreds of decades) by the Illinois method (regula falsi that halves the stale end's
-    value), which keeps a bracket [a, b] with KL(a) <= δ < KL(b); a row stops when its
-    bracket is a few ulps wide, and the feasible end a is returned, so KL(h‖q) <= δ as
-    computed. A budget below the rounding noise of KL at c = 1 keeps c = 1 (h = q).
+    def __init__(self, path: _Path, low: Tensor, high: Tensor) -> None:
+        self.draft_high = _at(path.draft_above, high)
+        self.target_high = _at(path.target_above, high)
+        self.draft_low = _at(path.draft_below, low)
+        self.target_low = _at(path.target_below, low)
+        middle = _at(path.kl_below, high) - _at(path.kl_below, low)
+        self.kl_middle = torch.clamp(middle, min=0.0)
+
+    def lift_for(self, cap: Tensor) -> Tensor:
+        return (self.draft_high - cap * self.target_high + self.draft_low) / self.target_low
+
+    def kl_at(self, cap: Tensor, lift: Tensor) -> Tensor:
+        return self.target_low * _phi(lift) + self.kl_middle + self.target_high * _phi(cap)
+
+    def kl_and_slope(self, cap: Tensor) -> tuple[Tensor, Tensor]:
+        """(KL(c), dKL/dc = Q_H log(c / c_lo))."""
+        lift = self.lift_for(cap)
+        slope = self.target_high * (torch.log(cap) - torch.log(lift))
+        return self.kl_at(cap, lift), slope
+
+
+def _cap_event_kl(path: _Path, position: Tensor) -> Tensor:
+    """KL(h‖q) at c = r_k for each row's sorted position k [R] (k capped).
+
+    E(r_k) = Σ_{r_j > r_k} (p_j − r_k q_j) = P_>=j − r_k Q_>=j with j one past k's ties.
+    The lift solves D(c_lo) = E: with l = #{i : D(r_i) <= E} (a search of the
+    nondecreasing breakpoint values D(r_i)), L = {<l} and c_lo = (E + P_L)/Q_L, and
+    KL = Q_L φ(c_lo) + Σ_{l<=i<j} q φ(r) + Q_>=j φ(r_k).
     """
-    sorted_rows = _SortedRows(target_rows, draft_rows)
-    upper = torch.clamp(sorted_rows.max_finite_ratio, min=1.0)
-    cap = upper.clone()
-    starts_below = sorted_rows.kl_for_cap(torch.ones_like(upper)) < delta
-    cap = torch.where(starts_below, cap, torch.ones_like(cap))
-    reaches = (sorted_rows.kl_for_cap(upper) > delta) & (upper > 1.0) & starts_below
-    if bool(torch.any(reaches).item()):
-        where = reaches.nonzero(as_tuple=True)[0]
-        sub = sorted_rows.select(where)
+    ratio = _at(path.ratio, position)
+    after = position + 1 if path.ties is None else _at(path.ties[1], position)
+    target_high = _at(path.target_above, after)
+    moved = torch.clamp(_at(path.draft_above, after) - ratio * target_high, min=0.0)
+    below = torch.searchsorted(path.lift_at_breaks, moved[:, None], right=True)[:, 0]
+    below = torch.clamp(below, min=1)
+    target_low = _at(path.target_below, below)
+    lift = torch.minimum((moved + _at(path.draft_below, below)) / target_low, ratio)
+    middle = torch.clamp(_at(path.kl_below, after) - _at(path.kl_below, below), min=0.0)
+    return target_low * _phi(lift) + middle + target_high * _phi(ratio)
 
-        def excess(log_cap: Tensor) -> Tensor:
-            return sub.kl_for_cap(torch.exp(log_cap)) - delta
 
-        low = torch.zeros_like(upper[where])
-        high = torch.log(upper[where])
-        f_low, f_high = excess(low), excess(high)
-        side = torch.zeros_like(low)
-        done = f_low >= 0  # excluded above; never loop on it
-        for iteration in range(400):
-            secant = (low * f_high - high * f_low) / (f_high - f_low)
-            inside = torch.isfinite(secant) & (secant > low) & (secant < high)
-            point = torch.where(inside, secant, 0.5 * (low + high))
-            f_point = excess(point)
-            feasible = (f_point <= 0) & ~done
-            infeasible = (f_point > 0) & ~done
-            f_high = torch.where(feasible & (side < 0), 0.5 * f_high, f_high)
-            f_low = torch.where(infeasible & (side > 0), 0.5 * f_low, f_low)
-            low, f_low = torch.where(feasible, point, low), torch.where(feasible, f_point, f_low)
-            high, f_high = (
-                torch.where(infeasible, point, high),
-                torch.where(infeasible, f_point, f_high),
-            )
-            side = torch.where(feasible, -1.0, torch.where(infeasible, 1.0, side))
-            done = done | (high - low <= 4e-16 * high.abs()) | (f_low == 0)
-            if iteration % 4 == 3 and bool(torch.all(done).item()):
-                break
-        cap[where] = torch.minimum(torch.exp(low), upper[where])
-    return sorted_rows.lift_for_cap(cap), cap
+def _bisect(first: Tensor, last: Tensor, rounds: int, predicate) -> Tensor:
+    """The first position in [first, last) where a monotone ``predicate`` (false, then
+    true) holds, per row (``last`` when none): ``rounds`` >= log2(V + 1) bisection steps,
+    no host synchronisation."""
+    low, high = first.clone(), last.clone()
+    for _ in range(rounds):
+        active = low < high
+        middle = torch.minimum((low + high) // 2, torch.clamp(last - 1, min=0))
+        holds = predicate(middle)
+        high = torch.where(active & holds, middle, high)
+        low = torch.where(active & ~holds, middle + 1, low)
+    return low
+
+
+def _locate_root(path: _Path, delta: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(low, high, left, right): the root's segment L = {<low}, H = {>=high} and its ends.
+
+    Two bisections over the sorted ratios, O(log V) steps of O(1) work per row:
+
+    1. KL at a cap breakpoint c = r_k (``_cap_event_kl``) rises with k, so ``high`` is
+       the first capped position with KL > δ (first_infinite when none: the curve ends
+       first), and c lies in [c_a, c_b] = [max(1, r_{high−1}), r_high].
+    2. With H fixed, E(c) = P_H − c Q_H, so lift breakpoint i (c_lo = r_i) is passed at
+       c_i = (P_H − D_i)/Q_H, where KL = Q_<i φ(r_i) + Σ_{i<=k<high} q φ(r) + Q_H φ(c_i).
+       A lifted token i is still lifted at the root iff D_i < E(c_b), or
+       D_i < E(c_a) and KL_i > δ; this holds for the first ``low`` of them.
+
+    The nearest lift events on either side narrow [c_a, c_b] to the segment [left, right].
+    The same segment as ``rules.frontier._locate_root`` (which sorts all breakpoints by
+    the mass they move and bisects over them), without a second sort.
+    """
+    size = path.ratio.shape[-1]
+    rounds = size.bit_length()
+    high = _bisect(
+        path.first_capped,
+        path.first_infinite,
+        rounds,
+        lambda position: _cap_event_kl(path, position) > delta,
+    )
+    reaches = high < path.first_infinite
+    low_cap = torch.where(
+        high > path.first_capped, _at(path.ratio, torch.clamp(high - 1, min=0)), 1.0
+    )
+    low_cap = torch.clamp(low_cap, min=1.0)
+    high_cap = torch.where(reaches, _at(path.ratio, torch.clamp(high, max=size - 1)), path.upper)
+    draft_high, target_high = _at(path.draft_above, high), _at(path.target_above, high)
+    safe_target = torch.where(target_high > 0, target_high, 1.0)
+    kl_high = _at(path.kl_below, high)
+    # Moved mass at both ends: E(c_b) = P_{q=0} once the curve has ended (Q_H = 0).
+    mass_right = torch.clamp(draft_high - high_cap * target_high, min=0.0)
+    mass_left = torch.where(reaches, draft_high - low_cap * target_high, mass_right)
+
+    def still_lifted(position: Tensor) -> Tensor:
+        breaks = _at(path.lift_at_breaks, position)
+        cap = (draft_high - breaks) / safe_target
+        middle = torch.clamp(kl_high - _at(path.kl_below, position), min=0.0)
+        ratio = _at(path.ratio, position)
+        kl = _at(path.target_below, position) * _phi(ratio) + middle + target_high * _phi(cap)
+        return (breaks < mass_right) | ((breaks < mass_left) & (kl > delta))
+
+    first_middle = path.lifted.sum(dim=-1)
+    low = _bisect(torch.zeros_like(first_middle), first_middle, rounds, lambda k: ~still_lifted(k))
+    low = torch.clamp(low, min=1)
+    # The lift events next to the root: l − 1 (still lifted, passed at a larger c) and l.
+    right = torch.fmin(high_cap, (draft_high - _at(path.lift_at_breaks, low - 1)) / safe_target)
+    following = torch.clamp(low, max=size - 1)
+    at_next = (draft_high - _at(path.lift_at_breaks, following)) / safe_target
+    left = torch.where(low < first_middle, torch.fmax(low_cap, at_next), low_cap)
+    return low, high, left, torch.maximum(right, left)
+
+
+#: Newton steps between host synchronisations (the convergence check).
+NEWTON_BLOCK = 4
+
+
+def _newton_cap(
+    segment: _Segment, delta: float, low: Tensor, high: Tensor, done: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Safeguarded Newton from c = ``high`` on each row's segment (rows already ``done``
+    are left alone): ``rules.frontier._newton_cap``, checking convergence on the host once
+    every ``NEWTON_BLOCK`` steps."""
+    cap = high.clone()
+    from_newton = torch.ones_like(done)
+    tolerance = frontier_rule.NEWTON_TOLERANCE
+    for iteration in range(frontier_rule.NEWTON_STEPS):
+        kl, slope = segment.kl_and_slope(cap)
+        excess = kl - delta
+        over = excess > 0
+        high = torch.where(over, cap, high)
+        low = torch.where(over, low, cap)
+        done = done | (~over & from_newton) | (excess == 0)
+        step = excess / slope
+        usable = torch.isfinite(slope) & (slope > 0)
+        newton = cap - step
+        small = usable & (step.abs() <= tolerance * cap)
+        inside = usable & (newton >= low) & (newton <= high)
+        middle = torch.where(
+            high > 4.0 * low, torch.sqrt(low) * torch.sqrt(high), 0.5 * (low + high)
+        )
+        settled = done | small | (high - low <= tolerance * high)
+        cap = torch.where(done, cap, torch.where(inside, newton, middle))
+        done, from_newton = settled, inside
+        if iteration % NEWTON_BLOCK == NEWTON_BLOCK - 1 and bool(done.all().item()):
+            break
+    return cap, low
+
+
+def _feasible_cap(
+    segment: _Segment, delta: float, cap: Tensor, low: Tensor, rows: Tensor
+) -> Tensor:
+    """Move c down by 1, 2, 4, ... ulps (not below ``low``) until KL(c) <= δ as computed,
+    on the ``rows`` (a mask) that Newton solved."""
+    for power in range(64):
+        over = rows & (segment.kl_and_slope(cap)[0] > delta)
+        if not bool(over.any().item()):
+            break
+        lowered = torch.maximum(cap - cap * 2.0 ** (power - 52), low)
+        cap = torch.where(over, lowered, cap)
+    return cap
+
+
+def _solve_caps(
+    target_rows: Tensor, draft_rows: Tensor, kl_terms: Tensor, delta: float
+) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) for rows with KL(p‖q) > δ > 0, in the fixed passes of
+    ``rules.frontier._solve_caps``: sort the ratios, find the root's segment from KL at
+    the breakpoints (``_locate_root``), Newton on it from the right, then ulps down until
+    KL(h‖q) <= δ as computed. Rows whose curve ends first get c = max finite ratio; a
+    budget below the rounding noise of KL at the segment's left end keeps that end.
+    """
+    path = _Path(target_rows, draft_rows, kl_terms)
+    low, high, left, right = _locate_root(path, delta)
+    segment = _Segment(path, low, high)
+    reaches = high < path.first_infinite
+    at_left, slope = segment.kl_and_slope(left)
+    starts_over = at_left >= delta
+    tangent = left - (at_left - delta) / slope
+    start = torch.where(tangent > left, torch.fmin(tangent, right), right)
+    solve = reaches & ~starts_over
+    found, feasible_low = _newton_cap(segment, delta, left, start, ~solve)
+    found = _feasible_cap(segment, delta, found, feasible_low, solve)
+    cap = torch.where(solve, found, torch.where(reaches, left, path.upper))
+    return torch.minimum(segment.lift_for(cap), cap), cap
 
 
 #: Elements (rows × V) the frontier solve handles at once, by device type.
@@ -395,12 +542,16 @@ def frontier_constants(
     for start in range(0, rows, step):
         target = target_rows[start : start + step].to(torch.float64)
         draft = draft_rows[start : start + step].to(torch.float64)
-        fits = kl_div(draft, target).sum(dim=-1) <= delta
+        terms = kl_div(draft, target)
+        fits = terms.sum(dim=-1) <= delta
         lift[start : start + step] = torch.where(fits, 0.0, 1.0)
         cap[start : start + step] = torch.where(fits, math.inf, 1.0)
         todo = (~fits).nonzero(as_tuple=True)[0]
         if todo.numel():
-            lift[start + todo], cap[start + todo] = _solve_caps(target[todo], draft[todo], delta)
+            lift[start + todo], cap[start + todo] = _solve_caps(
+                target[todo], draft[todo], terms[todo], delta
+            )
+        del terms
     return lift, cap
 
 

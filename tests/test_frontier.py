@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from strategies import pairs, positive_budgets
 
 from cactus_theory import divergences, law, rules
@@ -123,3 +123,87 @@ def test_frontier_beats_interpolation_at_equal_emitted_divergence(pair, delta):
         spent = law.emitted_divergence(interp, target, draft)
         if np.isfinite(spent):
             assert acceptance(target, draft, spent) >= law.acceptance(interp, target, draft) - 1e-9
+
+
+def reference_constants(target, draft, delta, steps=64):
+    """(c_lo, c_hi) by plain nested bisection on the KKT path (an independent, slow oracle).
+
+    For a cap c the lift c_lo solves Σ clip(p, c_lo q, c q) = 1 (bisection on [0, 1]);
+    KL(h(c)‖q) rises with c, so c comes from bisection on log c over [0, log(max ratio)],
+    keeping the end whose KL (``divergences.kl``) is within δ.
+    """
+    support = target > 0
+    ratios = draft[support] / target[support]
+    upper = max(1.0, float(ratios.max()))
+
+    def law(lift, cap):
+        return np.clip(draft, lift * target, np.where(support, cap * target, 0.0))
+
+    def lift_for(cap):
+        low, high = 0.0, 1.0
+        for _ in range(steps):
+            middle = 0.5 * (low + high)
+            low, high = (middle, high) if law(middle, cap).sum() < 1.0 else (low, middle)
+        return 0.5 * (low + high)
+
+    def kl_at(log_cap):
+        cap = float(np.exp(log_cap))
+        return divergences.kl_rows(law(lift_for(cap), cap), target)
+
+    if kl_at(np.log(upper)) <= delta:
+        return lift_for(upper), upper
+    low, high = 0.0, float(np.log(upper))
+    for _ in range(steps):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if kl_at(middle) <= delta else (low, middle)
+    return lift_for(float(np.exp(low))), float(np.exp(low))
+
+
+@settings(max_examples=40)
+@given(pairs(max_vocab=12), positive_budgets)
+def test_matches_nested_bisection_on_the_kkt_path(pair, delta):
+    target, draft = pair
+    if divergences.kl(draft, target) <= delta:
+        return
+    expected_lift, expected_cap = reference_constants(target, draft, delta)
+    lift, cap = frontier_constants(target, draft, delta)
+    adjusted = frontier_target(target, draft, delta)
+    # Feasible as the solver computes KL; rebuilding h and re-summing KL adds rounding.
+    assert divergences.kl(adjusted, target) <= delta * (1 + 1e-9) + 1e-15
+    expected = np.clip(
+        draft, expected_lift * target, np.where(target > 0, expected_cap * target, 0)
+    )
+    # Same optimum: acceptance to rounding (c itself is ill-conditioned where KL is flat).
+    assert acceptance(target, draft, delta) == pytest.approx(
+        float(np.minimum(draft, expected).sum()), abs=1e-9
+    )
+
+
+def test_segment_ending_where_the_lift_reaches_zero():
+    """The root's segment ends where c_lo = 0 (an infinite slope): bisect, then Newton."""
+    target = np.array([5.3080619e-57, 1.0])
+    draft = np.array([1.0, 0.0])
+    adjusted = frontier_target(target, draft, 1e-14)
+    assert divergences.kl(adjusted, target) == pytest.approx(1e-14, rel=1e-6)
+    _, cap = frontier_constants(target, draft, 1e-14)
+    assert cap == pytest.approx(2.0517e40, rel=1e-3)
+
+
+def test_tiny_moved_mass_next_to_a_large_draft_mass():
+    """E(r_k) must not pick up the rounding of p_k − r_k q_k for the token k itself."""
+    target = np.array([4.66171647e-114, 7.97494595e-10, 9.99999998e-01, 1.15924137e-09, 0, 0])
+    draft = np.array([1.70194749e-36, 1.0, 2.22044326e-16, 3.07664168e-44, 8.66e-56, 2.79e-22])
+    target, draft = target / target.sum(), draft / draft.sum()
+    lift, cap = frontier_constants(target, draft, 50.0)
+    assert cap == draft[0] / target[0]  # the curve ends before the budget is spent
+    adjusted = frontier_target(target, draft, 50.0)
+    assert abs(adjusted.sum() - 1.0) < 1e-15
+    assert divergences.kl(adjusted, target) < 50.0
+
+
+def test_root_within_rounding_of_c_equal_one():
+    """δ far below KL's resolution near c = 1 still gets (most of) the budget."""
+    target = np.array([4.0369109596765466e-13, 9.9999999999959632e-01])
+    draft = np.array([3.4133048484121593e-38, 1.0])
+    adjusted = frontier_target(target, draft, 1e-14)
+    assert 0.5e-14 <= divergences.kl(adjusted, target) <= 1e-14

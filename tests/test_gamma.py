@@ -93,3 +93,49 @@ def test_closed_form_is_the_second_order_kl_root_and_can_overshoot():
     assert divergences.binary_kl(saturated, 0.5)[0] == pytest.approx(math.log(2))
     # ... and below saturation it can undershoot (q_n = 0.01: KL ≈ 0.168 < δ = 0.5).
     assert divergences.binary_kl(gamma.closed_form_raised_mass(np.array([0.01]), 0.5), 0.01) < 0.5
+
+
+@given(masses.filter(lambda value: value < 1.0), budgets, st.sampled_from(gamma.ROOT))
+def test_newton_starts_right_of_the_root(q_n, delta, name):
+    """start_bound is an upper bound on γ*: D >= δ there (or it is past γ = 1)."""
+    start = float(gamma.start_bound(name, np.array([q_n]), delta)[0])
+    assert start >= float(gamma.exact_raised_mass([q_n], delta, name)[0])
+    if start < 1.0 and (q_n > 0.0 or name != "kl"):
+        assert float(divergences.binary(name, start, q_n)) >= delta * (1 - 1e-12)
+
+
+@given(
+    masses.filter(lambda value: 0.0 < value < 1.0), st.floats(0.0, 1.0), st.sampled_from(gamma.ROOT)
+)
+def test_newton_terms_match_the_binary_divergence(q_n, fraction, name):
+    """The iterates' value is divergences.binary to rounding; the slope is its derivative."""
+    x = q_n + fraction * (1.0 - q_n)
+    if not q_n < x < 1.0:
+        return
+    value, slope = (float(v[0]) for v in gamma.newton_terms(name, np.array([x]), np.array([q_n])))
+    # Both sum O(x − q) terms with O(ε) relative error each, and 1 − x, x − q carry
+    # absolute rounding ε: agreement to rounding, not to 1e-9, near x = q or x = 1.
+    logs = 1.0 + abs(math.log(x / q_n)) + abs(math.log((1.0 - x) / (1.0 - q_n)))
+    expected = float(divergences.binary(name, x, q_n))
+    slack = 1e-9 + 1e-15 / min(x - q_n, 1.0 - x)
+    assert value == pytest.approx(expected, rel=slack, abs=1e-14 * (x - q_n) * logs)
+    step = 1e-7 * min(x - q_n, 1.0 - x)
+    if step > 1e-12 * x:
+        ahead = float(divergences.binary(name, x + step, q_n))
+        behind = float(divergences.binary(name, x - step, q_n))
+        assert slope == pytest.approx((ahead - behind) / (2 * step), rel=1e-4)
+
+
+@pytest.mark.parametrize("name", DIVERGENCES)
+def test_scalar_inputs_match_arrays(name):
+    """0-d inputs (ufuncs turn 0-d results into numpy scalars) get the same answers."""
+    for q_n, delta, cap in (
+        (0.3, 0.1, 0.35),
+        (0.3, 0.1, 0.9),
+        (0.3, 0.1, None),
+        (0.3, 1e-9, 0.30001),
+    ):
+        scalar = gamma.exact_raised_mass(q_n, delta, name, cap)
+        row = gamma.exact_raised_mass([q_n], delta, name, None if cap is None else [cap])
+        assert np.shape(scalar) == () and float(scalar) == row[0]
+    assert float(gamma.exact_raised_mass(0.3, 0.1, name, cap=0.35)) == 0.35

@@ -13,6 +13,8 @@ import os
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from strategies import pairs, positive_budgets
 
 from cactus_theory import divergences, gamma, rules, sampler, torch_rules, validate
 from cactus_theory import verify as reference
@@ -272,3 +274,17 @@ def test_torch_frontier_constants_match_numpy(delta):
     )
     np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-10)
     np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-10)
+
+
+@settings(max_examples=80)
+@given(pairs(), positive_budgets)
+def test_torch_frontier_constants_match_numpy_on_edge_rows(pair, delta):
+    """Sparse, near-one-hot and peaked rows: the torch segment search (two bisections with
+    batched searchsorted) finds the numpy solver's segment, and the same root on it."""
+    target, draft = pair
+    lift, cap = frontier_constants(target[None], draft[None], delta)
+    got_lift, got_cap = torch_rules.frontier_constants(
+        torch.tensor(target[None]), torch.tensor(draft[None]), delta
+    )
+    np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-12)
+    np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-9, atol=1e-15)
