@@ -4,9 +4,13 @@
 
 1. ``sims.sweep.run`` with the quick or full preset (cached per cell under ``out/cells``,
    so a rerun resumes), which writes the CSVs under ``out``;
-2. ``proofs_check.run(quick, seed, progress, cache_dir)``: its result is saved as
-   ``out/claims.json`` (and ``out/claims.md``); if proofs_check has no ``run`` the report
-   says so visibly instead of showing the claims table and figure 2;
+2. ``proofs_check.run(quick, seed, progress, cache_dir)``, saved as ``out/claims.json`` (and
+   ``out/claims.md``). Both steps are single-threaded numpy, so the claims check runs in a
+   second process (``start_claims``) while the sweep runs in this one: on 2 cores the job
+   takes about as long as the slower of the two, not their sum. After the sweep, a progress
+   bar counts the checks the child has finished (each is cached under
+   ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
+   argument runs in this process instead (tests inject one);
 3. the figures (``paper_figs.figures``) into ``out/figures`` as PNG and SVG;
 4. ``out/report.html``: the summary table, the claims table, every figure with its caption,
    and the Monte Carlo check against the block-statistics formula.
@@ -16,10 +20,12 @@ from __future__ import annotations
 
 import html
 import json
+import multiprocessing
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paper_figs import figures
 from paper_figs.data import Results
@@ -51,16 +57,84 @@ class Report:
 # -- steps ----------------------------------------------------------------------------------
 
 
-def run_claims(out: Path, *, quick: bool, seed: int, progress: bool) -> dict:
+def run_claims(
+    out: Path, *, quick: bool, seed: int, progress: bool, only: tuple[str, ...] | None = None
+) -> dict:
     """Run ``proofs_check.run`` and save its JSON and markdown next to the report."""
     import proofs_check
 
+    options = {} if only is None else {"only": only}
     result = proofs_check.run(
-        quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache")
+        quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache"), **options
     )
     (out / "claims.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "claims.md").write_text(proofs_check.to_markdown(result))
     return result
+
+
+def _timed_claims(out: Path, quick: bool, seed: int, only: tuple[str, ...] | None) -> tuple:
+    start = time.perf_counter()
+    result = run_claims(out, quick=quick, seed=seed, progress=False, only=only)
+    return result, time.perf_counter() - start
+
+
+@dataclass
+class PendingClaims:
+    """A claims check running in a child process (``start_claims``)."""
+
+    pool: Any
+    result: Any
+
+    def get(self, timeout: float) -> tuple[dict, float]:
+        """(result, seconds) once the child is done; ``multiprocessing.TimeoutError`` before."""
+        value = self.result.get(timeout)
+        self.pool.close()
+        self.pool.join()
+        return value
+
+    def stop(self) -> None:
+        """Kill the child (its finished checks stay cached)."""
+        self.pool.terminate()
+        self.pool.join()
+
+
+def start_claims(
+    out: Path, *, quick: bool, seed: int, only: tuple[str, ...] | None = None
+) -> PendingClaims:
+    """Start ``run_claims`` in a fresh ("spawn") process, so it runs beside the sweep."""
+    pool = multiprocessing.get_context("spawn").Pool(1)
+    return PendingClaims(pool, pool.apply_async(_timed_claims, (Path(out), quick, seed, only)))
+
+
+def wait_claims(
+    pending: PendingClaims,
+    out: Path,
+    *,
+    quick: bool,
+    seed: int,
+    progress: bool,
+    only: tuple[str, ...] | None = None,
+) -> tuple[dict, float]:
+    """Wait for ``start_claims``'s child, with a bar over the checks it has cached so far."""
+    from tqdm.auto import tqdm
+
+    from proofs_check import claims, runner
+
+    names = [name for name, _ in claims.checks() if only is None or name in only]
+    folder = runner.cache_folder(out / "claims-cache", quick=quick, seed=seed)
+    try:
+        with tqdm(total=len(names), desc="claims check", disable=not progress, unit="check") as bar:
+            while True:
+                try:
+                    value = pending.get(timeout=0.5)
+                    bar.update(len(names) - bar.n)
+                    return value
+                except multiprocessing.TimeoutError:
+                    done = sum((folder / f"{name}.json").exists() for name in names)
+                    bar.update(done - bar.n)
+    except BaseException:
+        pending.stop()
+        raise
 
 
 def build(
@@ -82,11 +156,23 @@ def build(
     preset = preset.with_seed(seed)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    result = sweep.run(preset, folder, progress=progress)
+    pending = None if claims_runner else start_claims(folder, quick=quick, seed=seed)
+    try:
+        result = sweep.run(preset, folder, progress=progress)
+    except BaseException:
+        if pending is not None:
+            pending.stop()
+        raise
     timings["sweep"] = time.perf_counter() - start
     mark = time.perf_counter()
-    claims = (claims_runner or run_claims)(folder, quick=quick, seed=seed, progress=progress)
-    timings["claims"] = time.perf_counter() - mark
+    if pending is None:
+        claims = claims_runner(folder, quick=quick, seed=seed, progress=progress)
+        timings["claims"] = time.perf_counter() - mark
+    else:
+        claims, timings["claims"] = wait_claims(
+            pending, folder, quick=quick, seed=seed, progress=progress
+        )
+        timings["claims_wait"] = time.perf_counter() - mark
     mark = time.perf_counter()
     main = preset.text[0].name if preset.text else ""
     results = Results.load(folder, main_source=main)
@@ -278,6 +364,12 @@ code { background: #f5f5f5; padding: 0 0.2em; }
 """
 
 
+def _parallel_note(timings: dict[str, float]) -> str:
+    if "claims_wait" not in timings:
+        return ""
+    return f" in a parallel process, {timings['claims_wait']:.1f} s of it after the sweeps"
+
+
 def render(
     results: Results,
     drawn: list[figures.Figure],
@@ -303,7 +395,8 @@ def render(
         "<h1>cactus-theory report</h1>",
         f"<p>Mode <b>{'quick' if quick else 'full'}</b>, seed {preset.seed}. Run time "
         f"{timings['total']:.1f} s (sweeps {timings['sweep']:.1f} s, claims check "
-        f"{timings['claims']:.1f} s, figures {timings['figures']:.1f} s); {cells[0]} sweep "
+        f"{timings['claims']:.1f} s{_parallel_note(timings)}, "
+        f"figures {timings['figures']:.1f} s); {cells[0]} sweep "
         f"cells, {cells[1]} computed in this run, the rest read from <code>cells/</code>.</p>",
         f"<p>Real-text source: {html.escape(text_label)}; decoding {preset.text_sequences} "
         f"sequences × {preset.text_length} tokens per cell from held-out prompts (matched "

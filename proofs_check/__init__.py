@@ -21,7 +21,11 @@ __all__ = ["run", "to_markdown"]
 
 
 def run(
-    quick: bool = True, seed: int = 0, progress: bool = True, cache_dir: str | None = None
+    quick: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    cache_dir: str | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> dict:
     """Every claim's verdict and the measured curves, as a JSON-serialisable dict.
 
@@ -39,10 +43,11 @@ def run(
     ``quick`` runs small instance counts (tens of seconds); the full run has at least 10⁴
     instances per claim and caches finished checks under ``cache_dir`` (default
     ``$CACTUS_CACHE`` or ``~/.cache/cactus-theory``) so an interrupted run resumes.
+    ``only`` restricts the run to the named checks (``proofs_check.claims.checks()``).
     """
     from proofs_check import runner
 
-    return runner.run(quick=quick, seed=seed, progress=progress, cache_dir=cache_dir)
+    return runner.run(quick=quick, seed=seed, progress=progress, cache_dir=cache_dir, only=only)
 
 
 def to_markdown(result: dict) -> str:

@@ -62,6 +62,12 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def cache_folder(root: Path | str, *, quick: bool, seed: int) -> Path:
+    """Where ``run`` caches each finished check's JSON under the cache root ``root``."""
+    mode = "quick" if quick else "full"
+    return Path(root) / "proofs_check" / f"{source_fingerprint()}-{mode}-seed{seed}"
+
+
 def run(
     quick: bool = True,
     seed: int = 0,
@@ -85,7 +91,7 @@ def run(
             raise ValueError(f"only: unknown check {unknown[0]!r}; choose from {names}")
         registry = [(name, check) for name, check in registry if name in only]
     root = Path(cache_dir) if cache_dir is not None else (None if quick else default_cache_root())
-    folder = None if root is None else root / "proofs_check" / f"{fingerprint}-{mode}-seed{seed}"
+    folder = None if root is None else cache_folder(root, quick=quick, seed=seed)
     context = claims.Context(quick=quick, seed=seed, progress=progress)
 
     from tqdm.auto import tqdm

@@ -177,3 +177,43 @@ def test_cli_reports_bad_settings_cleanly(tmp_path, capsys):
     blocker.write_text("")
     assert cli.main(["report", "--quick", "--out", str(blocker / "r")]) == 2
     assert "out: cannot write" in capsys.readouterr().err
+
+
+def test_claims_in_a_child_process_equal_the_serial_run(tmp_path):
+    import proofs_check
+    from proofs_check import runner
+
+    only = ("delta-zero", "cor5")
+    pending = report.start_claims(tmp_path, quick=True, seed=1, only=only)
+    result, seconds = report.wait_claims(
+        pending, tmp_path, quick=True, seed=1, progress=False, only=only
+    )
+    serial = proofs_check.run(quick=True, seed=1, progress=False, only=only)
+    assert result["claims"] == serial["claims"]
+    assert [row["verdict"] for row in result["claims"]] == ["holds"] * len(result["claims"])
+    assert seconds > 0
+    assert json.loads((tmp_path / "claims.json").read_text())["claims"] == serial["claims"]
+    # Each finished check is cached where the parent's progress bar looks for it.
+    folder = runner.cache_folder(tmp_path / "claims-cache", quick=True, seed=1)
+    assert sorted(path.stem for path in folder.glob("*.json")) == sorted(only)
+
+
+def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
+    started = []
+    real_start = report.start_claims
+
+    def start(*args, **kwargs):
+        pending = real_start(*args, **kwargs)
+        started.append(pending)
+        return pending
+
+    def broken_sweep(*args, **kwargs):
+        raise ValueError("ks: k must be an integer >= 1, got 0")
+
+    monkeypatch.setattr(report, "start_claims", start)
+    monkeypatch.setattr(sweep, "run", broken_sweep)
+    with pytest.raises(ValueError, match="ks"):
+        report.build(tmp_path / "out", quick=False, seed=0, progress=False, config=sweep.TINY)
+    # The full claims check would take minutes; the child was killed, not waited for.
+    (pending,) = started
+    assert all(not process.is_alive() for process in pending.pool._pool)
