@@ -30,6 +30,8 @@ finish on the *feasible* side: D(γ*) <= δ holds as computed, not only up to to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cactus_theory import divergences, roots, validate
@@ -176,8 +178,6 @@ def start_bound(name: str, q_n: Array, delta: float) -> Array:
     return np.where(q_n >= 0.5, q_n + np.sqrt(2.0 * delta * spread), below_half)
 
 
-#: Relative step (and bracket width) at which Newton stops: a few ulps.
-NEWTON_TOLERANCE = 4 * np.finfo(np.float64).eps
 #: Most safeguarded Newton steps per element (a handful are taken).
 NEWTON_STEPS = 100
 
@@ -210,6 +210,20 @@ def newton_terms(name: str, x: Array, q: Array) -> tuple[Array, Array]:
         return x * up + np.where(x < 1.0, (1.0 - x) * down, 0.0), up - down
 
 
+@dataclass(frozen=True)
+class _BinaryTerms:
+    """``newton_terms`` of one divergence at fixed targets (``roots.NewtonTerms``)."""
+
+    name: str
+    target: Array
+
+    def value_and_slope(self, point: Array) -> tuple[Array, Array]:
+        return newton_terms(self.name, point, self.target)
+
+    def take(self, keep: Array) -> _BinaryTerms:
+        return _BinaryTerms(self.name, self.target[keep])
+
+
 def _newton_root(name: str, q_n: Array, delta: float, high: Array) -> Array:
     """The largest γ in [q_n, high] with D(γ) <= δ (D(q_n) = 0 < δ), elementwise.
 
@@ -224,39 +238,20 @@ def _newton_root(name: str, q_n: Array, delta: float, high: Array) -> Array:
     moves down by ulps until D(γ) <= δ as computed. Any element Newton leaves unsettled
     goes to ``roots.feasible_root`` on its bracket.
     """
-    gamma = np.empty_like(q_n)
-    index = np.arange(q_n.size)  # the unsettled elements; the arrays below follow them
-    target, low, high = q_n, q_n.copy(), high.copy()
     point = np.minimum(high, start_bound(name, q_n, delta))
     # A feasible upper end is the answer, as if reached by a Newton step.
-    from_newton = point >= high
-    for _ in range(NEWTON_STEPS):
-        value, slope = newton_terms(name, point, target)
-        excess = value - delta
-        over = excess > 0
-        high = np.where(over, point, high)
-        low = np.where(over, low, point)
-        finished = (~over & from_newton) | (excess == 0)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            step = excess / slope
-        usable = np.isfinite(slope) & (slope > 0)
-        newton = point - step
-        inside = usable & (newton >= low) & (newton <= high)
-        settled = (usable & (np.abs(step) <= NEWTON_TOLERANCE * point)) | (
-            high - low <= NEWTON_TOLERANCE * high
-        )
-        point = np.where(finished, point, np.where(inside, newton, 0.5 * (low + high)))
-        from_newton = inside
-        stop = finished | settled
-        if stop.any():
-            gamma[index[stop]] = point[stop]
-            keep = ~stop
-            index, point, target = index[keep], point[keep], target[keep]
-            low, high, from_newton = low[keep], high[keep], from_newton[keep]
-            if not index.size:
-                break
-    if index.size:
-        gamma[index] = _bracketed_root(name, target, delta, low, high)
+    gamma, low, high, settled = roots.newton_from_right(
+        _BinaryTerms(name, q_n),
+        delta,
+        point,
+        q_n,
+        high,
+        steps=NEWTON_STEPS,
+        from_newton=point >= high,
+    )
+    if not settled.all():
+        rest = ~settled
+        gamma[rest] = _bracketed_root(name, q_n[rest], delta, low[rest], high[rest])
     return _step_down(name, gamma, q_n, delta, q_n)
 
 

@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cactus_theory import divergences, validate
+from cactus_theory import divergences, roots, validate
 from cactus_theory.rules.base import TargetRule
 
 Array = np.ndarray
@@ -218,6 +218,10 @@ class _Segment:
         """Q_L φ(c_lo) + K_M + Q_H φ(c)."""
         return self.target_low * _phi(lift) + self.kl_middle + self.target_high * _phi(cap)
 
+    def value_and_slope(self, cap: Array) -> tuple[Array, Array]:
+        """``kl_and_slope`` under the name ``roots.NewtonTerms`` uses."""
+        return self.kl_and_slope(cap)
+
     def kl_and_slope(self, cap: Array) -> tuple[Array, Array]:
         """(KL(c), dKL/dc = Q_H log(c / c_lo)) on this segment."""
         lift = self.lift_for(cap)
@@ -326,7 +330,7 @@ def _locate_root(events: _Events, delta: float) -> tuple[Array, Array, Array]:
 
 
 #: Relative step (and bracket width) at which the Newton iteration in c stops: a few ulps.
-NEWTON_TOLERANCE = 4 * np.finfo(np.float64).eps
+NEWTON_TOLERANCE = roots.NEWTON_TOLERANCE
 #: Most safeguarded Newton steps per row (a handful are taken; bisections are rare).
 NEWTON_STEPS = 200
 
@@ -335,42 +339,20 @@ def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tup
     """(c, feasible lower end) with KL(c) = δ to rounding on one segment, from c = ``high``.
 
     Requires KL(low) < δ <= KL(high) in exact terms. KL is convex and increasing in c, so
-    Newton from a point with KL > δ stays right of the root and converges monotonically
-    (quadratically at the end). Safeguards: an infinite slope (c_lo = 0 at the right end)
-    or a step outside the bracket becomes a bisection (geometric when the bracket spans a
-    factor > 4); a Newton iterate that rounding puts on the feasible side is the root to
-    rounding and stops there.
+    ``roots.newton_from_right`` applies: an infinite slope (c_lo = 0 at the right end) or a
+    step outside the bracket becomes a bisection (geometric when the bracket spans a factor
+    > 4). Rows left unsettled after ``NEWTON_STEPS`` are returned as they are.
     """
-    found, feasible_low = high.copy(), low.copy()
-    index = np.arange(high.size)  # the unsettled rows; the arrays below follow them
-    cap, from_newton = high.copy(), np.ones(high.shape, dtype=bool)
-    for _ in range(NEWTON_STEPS):
-        kl, slope = segment.kl_and_slope(cap)
-        excess = kl - delta
-        over = excess > 0
-        high = np.where(over, cap, high)
-        low = np.where(over, low, cap)
-        finished = (~over & from_newton) | (excess == 0)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            step = excess / slope
-        usable = np.isfinite(slope) & (slope > 0)
-        newton = cap - step
-        inside = usable & (newton >= low) & (newton <= high)
-        settled = (usable & (np.abs(step) <= NEWTON_TOLERANCE * cap)) | (
-            high - low <= NEWTON_TOLERANCE * high
-        )
-        middle = np.where(high > 4.0 * low, np.sqrt(low) * np.sqrt(high), 0.5 * (low + high))
-        cap = np.where(finished, cap, np.where(inside, newton, middle))
-        from_newton = inside
-        stop = finished | settled
-        if stop.any():
-            found[index[stop]], feasible_low[index[stop]] = cap[stop], low[stop]
-            keep = ~stop
-            index, cap, low, high = index[keep], cap[keep], low[keep], high[keep]
-            from_newton, segment = from_newton[keep], segment.take(keep)
-            if not index.size:
-                break
-    found[index], feasible_low[index] = cap, low  # unsettled after NEWTON_STEPS: as they are
+    found, feasible_low, _, _ = roots.newton_from_right(
+        segment,
+        delta,
+        high.copy(),
+        low,
+        high,
+        steps=NEWTON_STEPS,
+        from_newton=np.ones(high.shape, dtype=bool),
+        geometric_above=4.0,
+    )
     return found, feasible_low
 
 
