@@ -212,6 +212,11 @@ def _take(state, rows: Tensor, positions: Tensor):
     return state[rows, positions]
 
 
+#: Below this many probabilities in [B, k, V], ``_accept_reached`` evaluates every position
+#: in one call (2^20: e.g. B = 1, k = 10, V = 100k, or B = 64, k = 10, V = 1,600).
+WHOLE_BLOCK_ELEMENTS = 1 << 20
+
+
 def _accept_reached(adapter, target, draft, ids, target_at, draft_at, accept_u, dtype):
     """Acceptances for rules that read whole rows, computed only where the scan gets to.
 
@@ -220,8 +225,14 @@ def _accept_reached(adapter, target, draft, ids, target_at, draft_at, accept_u, 
     entropies, top-k values) of positions after a row's first rejection are never computed,
     and no [B, k, V] copy in the compute dtype is made. Positions not reached keep a = 0
     (never read: the scan stopped before them). Same decisions as evaluating everything.
+
+    Blocks of at most ``WHOLE_BLOCK_ELEMENTS`` probabilities are evaluated in one call
+    instead: there the per-call overhead of a row solve (frontier's bisections, a few
+    dozen small kernels) outweighs the rows it would skip.
     """
     batch, steps = ids.shape
+    if batch * steps * target.shape[-1] <= WHOLE_BLOCK_ELEMENTS:
+        return adapter.accept(target.to(dtype), draft.to(dtype), ids, target_at, draft_at)
     probs = torch.zeros(batch, steps, dtype=dtype, device=ids.device)
     state = None
     running = torch.arange(batch, device=ids.device)

@@ -92,8 +92,13 @@ def reference_details(rule, target, draft, ids, accept_u, sample_u):
     return tokens, accepted, decision_tie.any(axis=1), sample_tie
 
 
+@pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])
 @pytest.mark.parametrize("spec", RULE_SPECS)
-def test_float64_inputs_give_identical_tokens(spec):
+def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
+    # Small blocks are evaluated in one call; larger ones position by position on the rows
+    # still running (sampler.WHOLE_BLOCK_ELEMENTS). Both must make the reference's decisions.
+    if per_position:
+        monkeypatch.setattr(sampler, "WHOLE_BLOCK_ELEMENTS", 0)
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=1)
     tokens, accepted = sampler.verify(
