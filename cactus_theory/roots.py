@@ -77,13 +77,14 @@ def newton_from_right(
     the step or the bracket is within ``NEWTON_TOLERANCE`` (relative); the iteration keeps
     compact arrays of the unsettled rows (``terms.take``).
 
-    Returns (x, low, high, settled): the last iterate and bracket of every row, and whether
-    it stopped within ``steps`` (callers finish the others, e.g. with ``feasible_root``).
+    Returns (x, low, high, settled): the last iterate and the bracket's feasible end of
+    every row, whether it stopped within ``steps``, and the bracket's upper end where it did
+    not (the input ``high`` where it did): callers finish those rows, e.g. with
+    ``feasible_root``.
     """
     found, lows, highs = point.copy(), low.copy(), high.copy()
     settled_rows = np.zeros(point.shape, dtype=bool)
     index = np.arange(point.size)  # the unsettled rows; the arrays below follow them
-    point, low, high = point.copy(), low.copy(), high.copy()
     if from_newton is None:
         from_newton = np.zeros(point.shape, dtype=bool)
     for _ in range(steps):
@@ -109,7 +110,7 @@ def newton_from_right(
         stop = finished | settled
         if stop.any():
             rows = index[stop]
-            found[rows], lows[rows], highs[rows] = point[stop], low[stop], high[stop]
+            found[rows], lows[rows] = point[stop], low[stop]
             settled_rows[rows] = True
             keep = ~stop
             index, point, low, high = index[keep], point[keep], low[keep], high[keep]
