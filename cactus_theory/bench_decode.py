@@ -39,7 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.set_defaults(batch_size=1, num_prompts=8)
     parser.add_argument(
-        "--rule", action="append", help="rule spec, repeatable (default: sps, cactus, frontier)"
+        "--rule",
+        action="append",
+        help=f"rule spec, repeatable (default: {', '.join(DEFAULT_RULES)})",
     )
     parser.add_argument(
         "-k", type=int, nargs="+", default=list(DEFAULT_KS), help="draft lengths (default 5 10)"
