@@ -12,7 +12,9 @@ autoregressive baseline and for every (rule, k) pair, and reports side by side:
 
 Defaults: the trained pair (``cactus train-pair``), its held-out prompts, the paper's
 sampling setting (T = 0.6, top-k 20, top-p 0.95), batch size 1 (latency), rules sps,
-cactus δ = 0.75 and 1.0, frontier δ = 0.75 and 1.0, at k = 5 and 10.
+cactus δ = 0.75 and 1.0, frontier δ = 0.75 and 1.0, at k = 5 and 10. Timing: the whole
+table runs ``--repeats`` times (default 3) in interleaved rounds and every row keeps its
+fastest round (``measure``), so ratios survive a noisy shared machine.
 """
 
 from __future__ import annotations
@@ -46,16 +48,45 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-k", type=int, nargs="+", default=list(DEFAULT_KS), help="draft lengths (default 5 10)"
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="rounds over the whole table; each row keeps its fastest round (default 3)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+
+
+def measure(setup, args, configs: list[tuple], repeats: int) -> list:
+    """Decode every (rule, k) config ``repeats`` times, in interleaved rounds (config 1..n,
+    then again), and keep each config's fastest round: a slow spell on a shared machine
+    then hits every config alike instead of one row. Each round reseeds the generator, so
+    the tokens (and AL, NLL) are the same in every round; only the timing differs."""
+    best: list = [None] * len(configs)
+    for round_index in range(repeats):
+        for index, (rule, k) in enumerate(configs):
+            totals = generate_all(setup, args, rule, k, baseline=rule is None)
+            kept = best[index]
+            if kept is not None and totals.accepted != kept.accepted:
+                raise RuntimeError(
+                    f"round {round_index + 1} of {rule.label if rule else 'baseline'} decoded "
+                    "different tokens than round 1 with the same seed (nondeterministic kernels?)"
+                )
+            if kept is None or totals.tokens_per_second > kept.tokens_per_second:
+                best[index] = totals
+    return best
 
 
 def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -> int:
     chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
     if any(k < 1 for k in args.k):
         raise ValueError(f"k: every draft length must be >= 1, got {args.k}")
+    if args.repeats < 1:
+        raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
     setup = setup_from_args(args, default_pair)
     warm_up(setup, args, chosen[0], args.k[0])
-    baseline = generate_all(setup, args, None, None, baseline=True)
+    configs = [(None, None)] + [(rule, k) for k in args.k for rule in chosen]
+    baseline, *speculative = measure(setup, args, configs, args.repeats)
     rows = [
         {
             "rule": "autoregressive",
@@ -68,25 +99,24 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
             "tokens": baseline.tokens,
         }
     ]
-    for k in args.k:
-        for rule in chosen:
-            totals = generate_all(setup, args, rule, k, baseline=False)
-            rows.append(
-                {
-                    "rule": rule.label,
-                    "k": k,
-                    "acceptance_length": totals.acceptance_length,
-                    "tokens_per_call": totals.tokens_per_call,
-                    "tokens_per_second": totals.tokens_per_second,
-                    "speedup": totals.tokens_per_second / max(baseline.tokens_per_second, 1e-12),
-                    "verifier_nll": totals.nll,
-                    "tokens": totals.tokens,
-                }
-            )
+    for (rule, k), totals in zip(configs[1:], speculative, strict=True):
+        rows.append(
+            {
+                "rule": rule.label,
+                "k": k,
+                "acceptance_length": totals.acceptance_length,
+                "tokens_per_call": totals.tokens_per_call,
+                "tokens_per_second": totals.tokens_per_second,
+                "speedup": totals.tokens_per_second / max(baseline.tokens_per_second, 1e-12),
+                "verifier_nll": totals.nll,
+                "tokens": totals.tokens,
+            }
+        )
     settings = f"T={args.temperature:g}, top-k={args.top_k or 'off'}, top-p={args.top_p:g}"
     print(
         f"\n{len(setup.prompts)} prompts x {args.max_new_tokens} new tokens, batch "
-        f"{args.batch_size}, {settings}, {args.device} {args.dtype}, seed {args.seed}"
+        f"{args.batch_size}, {settings}, {args.device} {args.dtype}, seed {args.seed}; "
+        f"tokens/s: fastest of {args.repeats} interleaved rounds"
     )
     print(f"verifier {setup.verifier_path}\ndraft    {setup.draft_path}")
     header = (

@@ -220,10 +220,15 @@ def test_bench_decode_table(checkpoints, capsys):
         "-k",
         "2",
         "3",
+        "--repeats",
+        "2",
     ]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "autoregressive" in out and out.count("cactus(δ=1.0)") == 2 and "speed-up" in out
+    assert "fastest of 2 interleaved rounds" in out
+    assert cli.main([*args[:-2], "--repeats", "0"]) == 2
+    assert "repeats" in capsys.readouterr().err
 
 
 def test_bench_sampler_small(capsys, tmp_path):

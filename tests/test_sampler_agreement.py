@@ -266,8 +266,19 @@ def test_torch_gamma_matches_numpy(divergence, delta):
     assert np.all(over <= np.maximum(reference_over, 0.0) + 1e-15)
 
 
+SEARCHES = ["dense-search", "bisection"]
+
+
+def use_search(monkeypatch, search):
+    """Force the segment search: every position at once, or log2(V) bisection rounds."""
+    limit = 1 << 40 if search == "dense-search" else 0
+    monkeypatch.setattr(torch_rules, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
+
+
+@pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("delta", [0.01, 0.3, 2.0])
-def test_torch_frontier_constants_match_numpy(delta):
+def test_torch_frontier_constants_match_numpy(delta, search, monkeypatch):
+    use_search(monkeypatch, search)
     rng = np.random.default_rng(9)
     target = rng.dirichlet(np.full(40, 0.3), size=300)
     draft = rng.dirichlet(np.full(40, 0.3), size=300)
@@ -281,15 +292,22 @@ def test_torch_frontier_constants_match_numpy(delta):
     np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-10)
 
 
-@settings(max_examples=80)
-@given(pairs(), positive_budgets)
-def test_torch_frontier_constants_match_numpy_on_edge_rows(pair, delta):
-    """Sparse, near-one-hot and peaked rows: the torch segment search (two bisections with
-    batched searchsorted) finds the numpy solver's segment, and the same root on it."""
-    target, draft = pair
-    lift, cap = frontier_constants(target[None], draft[None], delta)
-    got_lift, got_cap = torch_rules.frontier_constants(
-        torch.tensor(target[None]), torch.tensor(draft[None]), delta
-    )
-    np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-12)
-    np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-9, atol=1e-15)
+@pytest.mark.parametrize("search", SEARCHES)
+def test_torch_frontier_constants_match_numpy_on_edge_rows(search, monkeypatch):
+    """Sparse, near-one-hot and peaked rows: the torch segment search (two searches over
+    the sorted breakpoints, dense or by bisection) finds the numpy solver's segment, and
+    the same root on it."""
+
+    @settings(max_examples=80)
+    @given(pairs(), positive_budgets)
+    def check(pair, delta):
+        target, draft = pair
+        lift, cap = frontier_constants(target[None], draft[None], delta)
+        got_lift, got_cap = torch_rules.frontier_constants(
+            torch.tensor(target[None]), torch.tensor(draft[None]), delta
+        )
+        np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-12)
+        np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-9, atol=1e-15)
+
+    use_search(monkeypatch, search)
+    check()
