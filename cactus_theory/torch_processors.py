@@ -36,19 +36,30 @@ def top_k_mask(probs: Tensor, top_k: int | None) -> Tensor:
     return probs >= kth
 
 
-def top_p_mask(probs: Tensor, top_p: float) -> Tensor:
-    """Keep x iff Σ_{y : probs_y > probs_x} probs_y < top_p (boundary ties kept)."""
+def top_p_mask(probs: Tensor, top_p: float, candidates: int | None = None) -> Tensor:
+    """Keep x iff Σ_{y : probs_y > probs_x} probs_y < top_p (boundary ties kept).
+
+    The kept set is a run of leading tie groups in descending order, so it is
+    {x : probs_x >= t} with t the smallest kept value. t is found on the descending values:
+    all of them (a sort), or only the largest ``candidates`` (``torch.topk``) when every
+    row has at most that many nonzero entries (after top-k), which gives the same t: the
+    prefix sums of the leading values are the same numbers either way.
+    """
     if top_p >= 1.0:
         return torch.ones_like(probs, dtype=torch.bool)
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    if candidates is not None and candidates < probs.shape[-1]:
+        values = torch.topk(probs, max(candidates, 1), dim=-1).values
+    else:
+        values = torch.sort(probs, dim=-1, descending=True).values
+    before = torch.cumsum(values, dim=-1) - values
     # Tokens tied with an earlier one share the mass strictly above their tie group.
-    starts = torch.ones_like(sorted_probs, dtype=torch.bool)
-    starts[..., 1:] = sorted_probs[..., 1:] != sorted_probs[..., :-1]
-    positions = torch.arange(probs.shape[-1], device=probs.device).expand_as(sorted_probs)
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[..., 1:] = values[..., 1:] != values[..., :-1]
+    positions = torch.arange(values.shape[-1], device=probs.device).expand_as(values)
     start_index = torch.cummax(torch.where(starts, positions, 0), dim=-1).values
-    keep_sorted = before.gather(-1, start_index) < top_p
-    return torch.empty_like(keep_sorted).scatter(-1, order, keep_sorted)
+    kept = before.gather(-1, start_index) < top_p
+    threshold = torch.where(kept, values, torch.full_like(values, torch.inf)).amin(-1)
+    return probs >= threshold[..., None]
 
 
 def _renormalised(probs: Tensor, keep: Tensor) -> Tensor:
@@ -67,5 +78,11 @@ def process_logits(logits: Tensor, settings: SamplingSettings = PLAIN_SETTING) -
     if settings.temperature == 0:
         return greedy_rows(scores)
     probs = torch.softmax(scores / settings.temperature, dim=-1)
-    probs = _renormalised(probs, top_k_mask(probs, settings.top_k))
-    return _renormalised(probs, top_p_mask(probs, settings.top_p))
+    keep = top_k_mask(probs, settings.top_k)
+    probs = _renormalised(probs, keep)
+    candidates = None
+    if settings.top_k and settings.top_p < 1.0 and settings.top_k < probs.shape[-1]:
+        # At most this many nonzero entries per row (top-k keeps boundary ties): top-p then
+        # needs only a top-k of that size, not a sort of the vocabulary.
+        candidates = int(keep.sum(dim=-1).max())
+    return _renormalised(probs, top_p_mask(probs, settings.top_p, candidates))

@@ -75,3 +75,23 @@ def test_batched_leading_axes():
     got = process_logits(logits, settings)
     expected = processors.process_logits(logits.numpy(), settings)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 20])
+def test_top_p_on_the_top_k_candidates_equals_the_full_sort(top_k):
+    """process_logits finds the top-p threshold among the top-k survivors only (a topk
+    instead of a sort over V); the mask is the one the full sort gives, ties included."""
+    from cactus_theory import torch_processors
+
+    logits = torch.tensor(logits_with_ties(3, rows=200, vocab=300))
+    probs = torch.softmax(logits / 0.6, dim=-1)
+    keep = torch_processors.top_k_mask(probs, top_k)
+    probs = torch.where(keep, probs, 0.0)
+    probs = probs / probs.sum(-1, keepdim=True)
+    candidates = int(keep.sum(-1).max())
+    assert candidates >= top_k
+    for top_p in (0.3, 0.8, 0.95, 0.999):
+        full = torch_processors.top_p_mask(probs, top_p)
+        fast = torch_processors.top_p_mask(probs, top_p, candidates)
+        assert torch.equal(full, fast)
+        assert full.any(dim=-1).all()
