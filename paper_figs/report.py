@@ -5,10 +5,10 @@
 1. ``sims.sweep.run`` with the quick or full preset (cached per cell under ``out/cells``,
    so a rerun resumes), which writes the CSVs under ``out``;
 2. ``proofs_check.run(quick, seed, progress, cache_dir)``, saved as ``out/claims.json`` (and
-   ``out/claims.md``). Both steps are single-threaded numpy, so the claims check runs in a
-   second process (``start_claims``) while the sweep runs in this one: on 2 cores the job
-   takes about as long as the slower of the two, not their sum. After the sweep, a progress
-   bar counts the checks the child has finished (each is cached under
+   ``out/claims.md``). Both steps are single-threaded numpy, so the claims check runs as a
+   child ``python -m proofs_check`` (``start_claims``) while the sweep runs in this
+   process: on 2 cores the job takes about as long as the slower of the two, not their sum.
+   After the sweep, a progress bar counts the checks the child has finished (each cached in
    ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
    argument runs in this process instead (tests inject one);
 3. the figures (``paper_figs.figures``) into ``out/figures`` as PNG and SVG;
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import html
 import json
-import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from paper_figs import figures
 from paper_figs.data import Results
@@ -72,38 +73,67 @@ def run_claims(
     return result
 
 
-def _timed_claims(out: Path, quick: bool, seed: int, only: tuple[str, ...] | None) -> tuple:
-    start = time.perf_counter()
-    result = run_claims(out, quick=quick, seed=seed, progress=False, only=only)
-    return result, time.perf_counter() - start
-
-
 @dataclass
 class PendingClaims:
-    """A claims check running in a child process (``start_claims``)."""
+    """``python -m proofs_check`` running in a child process (``start_claims``)."""
 
-    pool: Any
-    result: Any
+    process: subprocess.Popen
+    log: Path
+    output: Path
+    started: float
 
     def get(self, timeout: float) -> tuple[dict, float]:
-        """(result, seconds) once the child is done; ``multiprocessing.TimeoutError`` before."""
-        value = self.result.get(timeout)
-        self.pool.close()
-        self.pool.join()
-        return value
+        """(result, seconds) once the child is done; ``subprocess.TimeoutExpired`` before.
+
+        Exit 0 or 1 (1: one of our own guarantees failed, which the table shows) gives the
+        result the child saved; any other exit raises with the tail of its log."""
+        from proofs_check import report as claims_report
+
+        code = self.process.wait(timeout)
+        seconds = time.perf_counter() - self.started
+        if code not in (0, 1):
+            tail = self.log.read_text(encoding="utf-8", errors="replace")[-2000:]
+            raise RuntimeError(f"claims check failed (exit {code}); log {self.log}:\n{tail}")
+        return claims_report.read_json(self.output), seconds
 
     def stop(self) -> None:
         """Kill the child (its finished checks stay cached)."""
-        self.pool.terminate()
-        self.pool.join()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
 
 
 def start_claims(
     out: Path, *, quick: bool, seed: int, only: tuple[str, ...] | None = None
 ) -> PendingClaims:
-    """Start ``run_claims`` in a fresh ("spawn") process, so it runs beside the sweep."""
-    pool = multiprocessing.get_context("spawn").Pool(1)
-    return PendingClaims(pool, pool.apply_async(_timed_claims, (Path(out), quick, seed, only)))
+    """Start ``python -m proofs_check`` in a child process, so it runs beside the sweep.
+
+    A fresh interpreter (not multiprocessing), so nothing of the caller's ``__main__`` is
+    re-run; it imports proofs_check from where this process found it. It writes
+    ``out/claims.json``, ``out/claims.md`` and its output to ``out/claims.log``, and
+    caches each finished check under ``out/claims-cache``.
+    """
+    import proofs_check
+
+    out = Path(out)
+    command = [sys.executable, "-m", "proofs_check", "--seed", str(seed), "--no-progress"]
+    command += ["--cache-dir", str(out / "claims-cache"), "--json", str(out / "claims.json")]
+    command += ["--markdown", str(out / "claims.md")]
+    if quick:
+        command.append("--quick")
+    if only:
+        command += ["--only", *only]
+    environment = dict(os.environ)
+    source = str(Path(proofs_check.__file__).resolve().parents[1])
+    environment["PYTHONPATH"] = os.pathsep.join(
+        part for part in (source, environment.get("PYTHONPATH", "")) if part
+    )
+    log = out / "claims.log"
+    with open(log, "w", encoding="utf-8") as stream:
+        process = subprocess.Popen(
+            command, stdout=stream, stderr=subprocess.STDOUT, env=environment
+        )
+    return PendingClaims(process, log, out / "claims.json", time.perf_counter())
 
 
 def wait_claims(
@@ -129,7 +159,7 @@ def wait_claims(
                     value = pending.get(timeout=0.5)
                     bar.update(len(names) - bar.n)
                     return value
-                except multiprocessing.TimeoutError:
+                except subprocess.TimeoutExpired:
                     done = sum((folder / f"{name}.json").exists() for name in names)
                     bar.update(done - bar.n)
     except BaseException:

@@ -196,6 +196,15 @@ def test_claims_in_a_child_process_equal_the_serial_run(tmp_path):
     # Each finished check is cached where the parent's progress bar looks for it.
     folder = runner.cache_folder(tmp_path / "claims-cache", quick=True, seed=1)
     assert sorted(path.stem for path in folder.glob("*.json")) == sorted(only)
+    assert (tmp_path / "claims.md").read_text().strip()
+
+
+def test_a_crashing_claims_child_is_a_clear_error(tmp_path):
+    pending = report.start_claims(tmp_path, quick=True, seed=0, only=("no-such-check",))
+    with pytest.raises(RuntimeError, match="claims check failed .exit 2"):
+        report.wait_claims(
+            pending, tmp_path, quick=True, seed=0, progress=False, only=("no-such-check",)
+        )
 
 
 def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
@@ -216,4 +225,4 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
         report.build(tmp_path / "out", quick=False, seed=0, progress=False, config=sweep.TINY)
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started
-    assert all(not process.is_alive() for process in pending.pool._pool)
+    assert pending.process.poll() is not None
