@@ -80,7 +80,7 @@ class PendingClaims:
     process: subprocess.Popen
     log: Path
     output: Path
-    started: float
+    started: float  # wall-clock start (time.time()), compared with the result's mtime
 
     def get(self, timeout: float) -> tuple[dict, float]:
         """(result, seconds) once the child is done; ``subprocess.TimeoutExpired`` before.
@@ -90,10 +90,12 @@ class PendingClaims:
         from proofs_check import report as claims_report
 
         code = self.process.wait(timeout)
-        seconds = time.perf_counter() - self.started
         if code not in (0, 1):
             tail = self.log.read_text(encoding="utf-8", errors="replace")[-2000:]
             raise RuntimeError(f"claims check failed (exit {code}); log {self.log}:\n{tail}")
+        # The child's own run time: until it wrote its result (it may have finished long
+        # before this call, while the sweep was still running).
+        seconds = max(self.output.stat().st_mtime - self.started, 0.0)
         return claims_report.read_json(self.output), seconds
 
     def stop(self) -> None:
@@ -133,7 +135,7 @@ def start_claims(
         process = subprocess.Popen(
             command, stdout=stream, stderr=subprocess.STDOUT, env=environment
         )
-    return PendingClaims(process, log, out / "claims.json", time.perf_counter())
+    return PendingClaims(process, log, out / "claims.json", time.time())
 
 
 def wait_claims(
