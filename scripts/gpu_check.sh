@@ -65,7 +65,7 @@ EOF
 fi
 
 stamp "bench decode"
-timeout 120 python -m cactus_theory.cli bench decode --device cuda "${pair_args[@]}" \
+timeout 120 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
   --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
 grep -v "it/s\]" "$out/bench_decode.log" | tail -16
 stamp "done (status $status)"

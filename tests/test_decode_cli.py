@@ -201,10 +201,13 @@ def test_help_lists_the_documented_flags(capsys):
         assert flag in text
 
 
-def test_bench_decode_table(checkpoints, capsys):
+def test_bench_decode_table(checkpoints, capsys, tmp_path):
+    output = tmp_path / "decode.json"
     args = [
         "bench",
         "decode",
+        "--json",
+        str(output),
         "--verifier",
         checkpoints["verifier"],
         "--draft",
@@ -227,6 +230,9 @@ def test_bench_decode_table(checkpoints, capsys):
     out = capsys.readouterr().out
     assert "autoregressive" in out and out.count("cactus(δ=1.0)") == 2 and "speed-up" in out
     assert "fastest of 2 interleaved rounds" in out
+    # Every round reseeds: the same tokens in each round on CPU, so AL is exact.
+    rows = json.loads(output.read_text())["rows"]
+    assert len(rows) == 5 and all(row["rounds_agree"] for row in rows)
     assert cli.main([*args[:-2], "--repeats", "0"]) == 2
     assert "repeats" in capsys.readouterr().err
 
