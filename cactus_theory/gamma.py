@@ -252,22 +252,10 @@ def _newton_root(name: str, q_n: Array, delta: float, high: Array) -> Array:
     if not settled.all():
         rest = ~settled
         gamma[rest] = _bracketed_root(name, q_n[rest], delta, low[rest], high[rest])
-    return _step_down(name, gamma, q_n, delta, q_n)
-
-
-def _step_down(name: str, gamma: Array, q_n: Array, delta: float, low: Array) -> Array:
-    """Move γ down by 1, 2, 4, ... ulps (not below ``low``, where D <= δ) until D(γ) <= δ
-    as computed by ``divergences.binary`` (every element is checked once, offenders again)."""
-    gamma = gamma.copy()
-    rows = np.arange(gamma.size)
-    for power in range(64):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            over = divergences.binary(name, gamma[rows], q_n[rows]) > delta
-        rows = rows[over]
-        if not rows.size:
-            break
-        gamma[rows] = np.maximum(gamma[rows] - gamma[rows] * 2.0 ** (power - 52), low[rows])
-    return gamma
+    # γ moves down by ulps until D(γ) <= δ as computed by ``divergences.binary``.
+    return roots.step_down_to_budget(
+        lambda rows, points: divergences.binary(name, points, q_n[rows]), gamma, q_n, delta
+    )
 
 
 def _bracketed_root(name: str, q_n: Array, delta: float, low: Array, high: Array) -> Array:

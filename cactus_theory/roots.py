@@ -119,3 +119,22 @@ def newton_from_right(
                 break
     found[index], lows[index], highs[index] = point, low, high
     return found, lows, highs, settled_rows
+
+
+def step_down_to_budget(
+    value: Callable[[Array, Array], Array], point: Array, low: Array, delta: float
+) -> Array:
+    """Move each x down by 1, 2, 4, ... ulps (not below ``low``, where the value is <= δ)
+    until ``value(rows, x[rows])`` <= δ as computed: the finish of ``newton_from_right``,
+    whose root is exact only to rounding. Every element is checked once, offenders again;
+    ``value(rows, points)`` evaluates at the elements ``rows`` (an index array)."""
+    point = point.copy()
+    rows = np.arange(point.size)
+    for power in range(64):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = value(rows, point[rows]) > delta
+        rows = rows[over]
+        if not rows.size:
+            break
+        point[rows] = np.maximum(point[rows] - point[rows] * 2.0 ** (power - 52), low[rows])
+    return point

@@ -62,10 +62,14 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def cache_folder(root: Path | str, *, quick: bool, seed: int) -> Path:
-    """Where ``run`` caches each finished check's JSON under the cache root ``root``."""
+def cache_folder(
+    root: Path | str, *, quick: bool, seed: int, fingerprint: str | None = None
+) -> Path:
+    """Where ``run`` caches each finished check's JSON under the cache root ``root``
+    (``fingerprint``: ``source_fingerprint()``, computed here unless given)."""
     mode = "quick" if quick else "full"
-    return Path(root) / "proofs_check" / f"{source_fingerprint()}-{mode}-seed{seed}"
+    fingerprint = fingerprint or source_fingerprint()
+    return Path(root) / "proofs_check" / f"{fingerprint}-{mode}-seed{seed}"
 
 
 def run(
@@ -91,7 +95,9 @@ def run(
             raise ValueError(f"only: unknown check {unknown[0]!r}; choose from {names}")
         registry = [(name, check) for name, check in registry if name in only]
     root = Path(cache_dir) if cache_dir is not None else (None if quick else default_cache_root())
-    folder = None if root is None else cache_folder(root, quick=quick, seed=seed)
+    folder = None
+    if root is not None:
+        folder = cache_folder(root, quick=quick, seed=seed, fingerprint=fingerprint)
     context = claims.Context(quick=quick, seed=seed, progress=progress)
 
     from tqdm.auto import tqdm

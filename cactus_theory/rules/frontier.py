@@ -346,7 +346,7 @@ def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tup
     found, feasible_low, _, _ = roots.newton_from_right(
         segment,
         delta,
-        high.copy(),
+        high,
         low,
         high,
         steps=NEWTON_STEPS,
@@ -354,20 +354,6 @@ def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tup
         geometric_above=4.0,
     )
     return found, feasible_low
-
-
-def _feasible_cap(segment: _Segment, delta: float, cap: Array, low: Array) -> Array:
-    """Move c down by 1, 2, 4, ... ulps (not below ``low``) until KL(c) <= δ as computed
-    (every row is checked once, offenders again)."""
-    cap = cap.copy()
-    rows = np.arange(cap.size)
-    for power in range(64):
-        over = segment.take(rows).kl_and_slope(cap[rows])[0] > delta
-        rows = rows[over]
-        if not rows.size:
-            break
-        cap[rows] = np.maximum(cap[rows] - cap[rows] * 2.0 ** (power - 52), low[rows])
-    return cap
 
 
 def frontier_constants(
@@ -428,7 +414,10 @@ def _solve_caps(
             tangent = left[solve] - (at_left[solve] - delta) / slope[solve]
         start = np.where(tangent > left[solve], np.fmin(tangent, right[solve]), right[solve])
         found, feasible_low = _newton_cap(part, delta, left[solve], start)
-        cap[solve] = _feasible_cap(part, delta, found, feasible_low)
+        # c moves down by ulps until KL(h‖q) <= δ as computed.
+        cap[solve] = roots.step_down_to_budget(
+            lambda rows, caps: part.take(rows).kl_and_slope(caps)[0], found, feasible_low, delta
+        )
     return np.minimum(segment.lift_for(cap), cap), cap
 
 
