@@ -130,14 +130,6 @@ def _gather(table: Array, index: Array) -> Array:
     return np.ravel(table)[index + offsets]
 
 
-def _unsort(sorted_values: Array, order: Array) -> Array:
-    """values with values[r, order[r, s]] = sorted_values[r, s]: undo a per-row sort."""
-    rows, size = order.shape
-    values = np.empty_like(sorted_values)
-    np.ravel(values)[np.ravel(order + np.arange(rows)[:, None] * size)] = np.ravel(sorted_values)
-    return values
-
-
 def _tie_groups(ratio: Array) -> tuple[Array, Array] | None:
     """(start, end) per sorted position k: the first position with r_j = r_k and one past
     the last; None when no two ratios are equal (then they are k and k + 1)."""
