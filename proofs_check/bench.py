@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 
 from cactus_theory import law, rules
+from cactus_theory.util.timing import best_seconds, timed
 from proofs_check import formulations, instances
 
 
@@ -61,19 +61,13 @@ def measure(
     rule: rules.Rule, target: np.ndarray, draft: np.ndarray, solved: int, cold: int, repeats: int
 ) -> dict:
     """One benchmark row: fast and cvxpy time per instance, ratios, max |Δacceptance|."""
-    fast_time = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fast = law.acceptance(rule, target, draft)
-        fast_time = min(fast_time, time.perf_counter() - start)
-    start = time.perf_counter()
-    for index in range(cold):
-        _cold(rule, target[index], draft[index])
-    cold_time = time.perf_counter() - start
+    fast = law.acceptance(rule, target, draft)
+    fast_time = best_seconds(lambda: law.acceptance(rule, target, draft), repeats)
+    _, cold_time = timed(lambda: [_cold(rule, target[i], draft[i]) for i in range(cold)])
     _cvxpy_acceptance(rule, target[0], draft[0])  # compiled outside the warm timing
-    start = time.perf_counter()
-    reference = [_cvxpy_acceptance(rule, target[i], draft[i]) for i in range(solved)]
-    warm_time = time.perf_counter() - start
+    reference, warm_time = timed(
+        lambda: [_cvxpy_acceptance(rule, target[i], draft[i]) for i in range(solved)]
+    )
     fast_per = fast_time / target.shape[0]
     warm_per = warm_time / solved
     cold_per = cold_time / max(cold, 1)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from cactus_theory import divergences, gamma, law, rules
-from cactus_theory.rules import baselines
+from cactus_theory.core.rules import baselines
 from proofs_check import formulations, instances, reference
 from proofs_check.claims import (
     ROUNDING,

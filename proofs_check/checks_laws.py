@@ -10,7 +10,7 @@ import numpy as np
 from scipy import optimize
 
 from cactus_theory import divergences, gamma, law, rules
-from cactus_theory.verify import inverse_cdf, verify_block
+from cactus_theory.core.verify import inverse_cdf, verify_block
 from proofs_check import instances, reference, search
 from proofs_check.claims import ROUNDING, Context, Worst, budget_tolerance, instance_dict, row
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory import divergences
-from cactus_theory.rules.base import Rule
+from cactus_theory.core.rules.base import Rule
 
 Array = np.ndarray
 

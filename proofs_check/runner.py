@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from cactus_theory import provenance
+from cactus_theory.util import provenance
+from cactus_theory.util.files import atomic_write_text
 from proofs_check import claims
 
 _PACKAGES = ("proofs_check", "cactus_theory")
 
 
 def default_cache_root() -> Path:
-    """The toolkit's cache root (``cactus_theory.provenance.cache_root``)."""
+    """The toolkit's cache root (``cactus_theory.util.provenance.cache_root``)."""
     return provenance.cache_root()
 
 
@@ -48,18 +47,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def cache_folder(
@@ -113,7 +100,7 @@ def run(
             else:
                 result = jsonable(check(context))
                 if path is not None:
-                    _atomic_write(path, json.dumps(result, ensure_ascii=False))
+                    atomic_write_text(path, json.dumps(result, ensure_ascii=False))
             rows.extend(result["rows"])
             curves.update(result.get("curves", {}))
     return {

@@ -18,8 +18,6 @@ run (or a second tool: the sims' n-gram models and ``cactus train-pair``) reuses
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -27,7 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cactus_theory import provenance
+from cactus_theory.util import provenance
+from cactus_theory.util.files import atomic_write, atomic_write_bytes
+from cactus_theory.util.provenance import fingerprint
 
 END_OF_TEXT = "<|endoftext|>"
 EXCLUDED_PARTS = frozenset({"site-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -42,13 +42,6 @@ def cache_dir() -> Path:
     except OSError as error:
         raise ValueError(f"CACTUS_CACHE: cannot create cache folder {path} ({error})") from None
     return path
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (all or nothing)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
 
 
 def stdlib_root() -> Path:
@@ -108,12 +101,6 @@ def load_corpus(split: str, *, held_out: float = 0.1, root: Path | None = None) 
     return Corpus(tuple(names), tuple(texts))
 
 
-def fingerprint(*parts: object) -> str:
-    """A short stable hash of settings and data, used to key cache files."""
-    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:16]
-
-
 def corpus_fingerprint(corpus: Corpus) -> str:
     return fingerprint(corpus.names, [len(text) for text in corpus.texts])
 
@@ -162,7 +149,10 @@ def token_stream(
         pieces.append(np.asarray(encoding.ids, dtype=np.int32))
         pieces.append(np.asarray([end], dtype=np.int32))
     stream = np.concatenate(pieces)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
-    np.save(temporary, stream)
-    os.replace(temporary, path)
+
+    def save(temporary: Path) -> None:
+        with temporary.open("wb") as handle:  # a file object: np.save adds no ".npy"
+            np.save(handle, stream)
+
+    atomic_write(path, save)
     return stream

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory import gamma, law, rules, validate
-from cactus_theory.rules.base import DecisionRule
-from sims import pareto
+from cactus_theory.core.rules.base import DecisionRule
 from sims.pools import PairPool
 
 Array = np.ndarray
@@ -119,7 +118,7 @@ def worked_example(pool: PairPool, row: int, token_text) -> dict:
     bars = {"target q": target[keep], "draft p": draft[keep]}
     acceptance = {}
     for spec in EXAMPLE_RULES:
-        rule = pareto.parse(spec)
+        rule = rules.parse(spec)
         adjusted = rule.adjusted_target(target=target, draft=draft, token=drafted)
         label = rule.label if not isinstance(rule, DecisionRule) else f"{rule.name} (given n)"
         bars[label] = adjusted[keep]

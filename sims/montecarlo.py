@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from cactus_theory import block, validate
-from cactus_theory.rules.base import Rule
-from cactus_theory.verify import inverse_cdf, verify_block
+from cactus_theory.core.rules.base import Rule
+from cactus_theory.core.verify import inverse_cdf, verify_block
 from sims import rows, tradeoff
 from sims.pools import PairPool
 from sims.realtext import TextModels

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cactus_theory.util.files import atomic_write_bytes
+from cactus_theory.util.provenance import fingerprint
 from sims import corpus
 
 Array = np.ndarray
@@ -224,12 +226,12 @@ def cached_model(tokens: Array, order: int, vocab_size: int) -> NGramModel:
     """``NGramModel.fit`` cached under ``corpus.cache_dir()``, keyed by settings and stream."""
     stream = _check_tokens(tokens, vocab_size)
     digest = hashlib.sha256(stream.astype(np.int32).tobytes()).hexdigest()
-    key = corpus.fingerprint("kneser-ney", order, vocab_size, digest)
+    key = fingerprint("kneser-ney", order, vocab_size, digest)
     path = corpus.cache_dir() / f"ngram-{order}-{key}.npz"
     if path.exists():
         return NGramModel.from_file(path)
     model = NGramModel.fit(stream, order, vocab_size)
-    corpus.atomic_write_bytes(path, model.to_bytes())
+    atomic_write_bytes(path, model.to_bytes())
     return model
 
 

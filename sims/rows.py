@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cactus_theory import processors
-from cactus_theory.processors import SamplingSettings
+from cactus_theory.core.processors import SamplingSettings
 
 Array = np.ndarray
 

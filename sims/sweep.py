@@ -37,9 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from cactus_theory import block, provenance, validate
-from cactus_theory.processors import PAPER_SETTING, PLAIN_SETTING, SamplingSettings
-from sims import corpus, figure_data, montecarlo, pareto, realtext, synthetic, tradeoff
+from cactus_theory import block, rules, validate
+from cactus_theory.core.processors import PAPER_SETTING, PLAIN_SETTING, SamplingSettings
+from cactus_theory.util import provenance
+from cactus_theory.util.files import atomic_write_bytes
+from cactus_theory.util.provenance import fingerprint
+from sims import figure_data, montecarlo, realtext, synthetic, tradeoff
 from sims.pools import PairPool
 
 SCHEMA = 1
@@ -185,7 +188,7 @@ def validate_config(config: SweepConfig) -> None:
         for k in source.decode_ks or ():
             validate.positive_int("ks", k)
     for spec in (*config.pool_decode_rules, config.matched_reference):
-        pareto.parse(spec)
+        rules.parse(spec)
 
 
 QUICK = SweepConfig(label="quick")
@@ -378,13 +381,13 @@ class Sources:
 
 def stable_int(*parts: object) -> int:
     """A 63-bit integer from a fingerprint of ``parts`` (stable across runs and machines)."""
-    return int(corpus.fingerprint(*parts), 16) & ((1 << 63) - 1)
+    return int(fingerprint(*parts), 16) & ((1 << 63) - 1)
 
 
 def cell_key(cell: Cell, config: SweepConfig, sources: Sources) -> str:
     """The cache key: everything the cell's value depends on, and nothing else."""
     sizes = sources.decode_sizes(cell) if cell.kind == "decode" else ()
-    return corpus.fingerprint(
+    return fingerprint(
         SCHEMA, CODE, asdict(cell), sources.describe(cell.source), sizes, config.seed
     )
 
@@ -392,18 +395,18 @@ def cell_key(cell: Cell, config: SweepConfig, sources: Sources) -> str:
 def compute_cell(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
     """The JSON-ready result of one cell (see the module docstring)."""
     if cell.kind == "tradeoff":
-        rule = pareto.parse(cell.rule)
+        rule = rules.parse(cell.rule)
         return tradeoff.summary(tradeoff.row_stats(rule, sources.pool(cell.source)))
     if cell.kind == "decode":
         return _decode(cell, config, sources)
     if cell.kind == "calibration":
         pool = sources.pool(cell.source)
-        reference = pareto.parse(cell.rule)
+        reference = rules.parse(cell.rule)
         goal = float(tradeoff.summary(tradeoff.row_stats(reference, pool))["acceptance"])
         matched = {}
         for name in config.matched_rules:
             rule, _ = tradeoff.match_acceptance(name, pool, goal)
-            matched[name] = pareto.spec_of(rule)
+            matched[name] = rules.spec_of(rule)
         return {"goal": goal, "reference": cell.rule, "matched": matched}
     if cell.kind == "gamma":
         return {"rows": figure_data.gamma_curves(cell.extra)}
@@ -418,7 +421,7 @@ def compute_cell(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
 
 
 def _decode(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
-    rule = pareto.parse(cell.rule)
+    rule = rules.parse(cell.rule)
     seed = stable_int(config.seed, cell.source, cell.k, "decode")
     count, length = sources.decode_sizes(cell)
     settings = montecarlo.DecodeSettings(cell.k, count, length)
@@ -459,7 +462,7 @@ class CellStore:
         path = self.path(cell, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = _encode(value)
-        corpus.atomic_write_bytes(path, data)
+        atomic_write_bytes(path, data)
         return json.loads(data)
 
 
@@ -541,7 +544,7 @@ def _matched_cells(config: SweepConfig, done: list[tuple[Cell, dict]]) -> list[C
 
 
 def _rule_fields(spec: str) -> dict:
-    rule = pareto.parse(spec)
+    rule = rules.parse(spec)
     params = rule.params()
     name, value = next(iter(params.items())) if params else ("", "")
     return {
@@ -560,7 +563,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
         writer.writeheader()
         for row in rows:
             writer.writerow({key: _format(value) for key, value in row.items()})
-    corpus.atomic_write_bytes(path, buffer.getvalue().encode())
+    atomic_write_bytes(path, buffer.getvalue().encode())
     return path
 
 
@@ -648,7 +651,7 @@ def write_csvs(config: SweepConfig, done: list[tuple[Cell, dict]], out: Path) ->
     for kind in ("example", "calibration"):
         if kind in extras:
             paths[kind] = out / f"{kind}.json"
-            corpus.atomic_write_bytes(paths[kind], json.dumps(extras[kind], indent=1).encode())
+            atomic_write_bytes(paths[kind], json.dumps(extras[kind], indent=1).encode())
     return paths
 
 

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from cactus_theory import divergences, law, validate
-from cactus_theory.rules.base import BranchRule, Rule, TargetRule, gsps_accept
-from sims import pareto
+from cactus_theory import divergences, law, rules, validate
+from cactus_theory.core.rules.base import BranchRule, Rule, TargetRule, gsps_accept
 from sims.pools import PairPool
 
 Array = np.ndarray
@@ -119,7 +118,7 @@ TUNABLE = {
 def rule_with(name: str, value: float) -> Rule:
     """The rule ``name`` with its tunable parameter set to ``value``."""
     key = TUNABLE[name][0]
-    return pareto.parse(f"{name}:{key}={float(value)!r}")
+    return rules.parse(f"{name}:{key}={float(value)!r}")
 
 
 def match_acceptance(name: str, pool: PairPool, goal: float) -> tuple[Rule, float]:

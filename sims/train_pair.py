@@ -28,14 +28,16 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from cactus_theory.util.files import atomic_folder, atomic_write, atomic_write_bytes
+from cactus_theory.util.provenance import fingerprint
 from sims import corpus
 
 ROLES = ("verifier", "draft")
@@ -95,7 +97,7 @@ def pair_dir(settings: PairSettings) -> Path:
     tokenizer = corpus.train_tokenizer(settings.vocab_size, root=root)
     tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
     files = corpus.corpus_fingerprint(corpus.load_corpus("train", root=root))
-    key = corpus.fingerprint(dataclasses.asdict(settings), tokenizer_hash, files)
+    key = fingerprint(dataclasses.asdict(settings), tokenizer_hash, files)
     return corpus.cache_dir() / f"pair-{key}"
 
 
@@ -152,14 +154,6 @@ def _batch(stream: np.ndarray, settings: PairSettings, role: str, step: int):
     return torch.from_numpy(windows).to(settings.device)
 
 
-def _atomic_torch_save(obj: object, path: Path) -> None:
-    import torch
-
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, temporary)
-    os.replace(temporary, path)
-
-
 def train_model(settings: PairSettings, role: str, folder: Path, progress: bool = True):
     """Train ``role`` (resuming from ``folder/<role>.ckpt``), returning the model."""
     import torch
@@ -204,7 +198,7 @@ def train_model(settings: PairSettings, role: str, folder: Path, progress: bool 
         done = step + 1
         if done % settings.checkpoint_every == 0 and done < total:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            _atomic_torch_save({**state, "step": done}, checkpoint)
+            atomic_write(checkpoint, partial(torch.save, {**state, "step": done}))
     model.eval()
     return model
 
@@ -249,13 +243,9 @@ def heldout_prompts(settings: PairSettings) -> list[str]:
 
 def _save_model(model, tokenizer, destination: Path) -> None:
     """save_pretrained into a temporary folder, then rename it into place."""
-    temporary = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary)
-    tokenizer.save_pretrained(temporary)
-    if destination.exists():
-        shutil.rmtree(destination)
-    os.replace(temporary, destination)
+    with atomic_folder(destination) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
 
 
 def train(settings: PairSettings, progress: bool = True) -> dict:
@@ -294,7 +284,7 @@ def _train_pair(settings: PairSettings, folder: Path, progress: bool) -> dict:
         perplexity[role] = heldout_perplexity(loaded.eval(), settings)
         parameters[role] = sum(p.numel() for p in loaded.parameters())
     prompts = heldout_prompts(settings)
-    corpus.atomic_write_bytes(
+    atomic_write_bytes(
         folder / PROMPTS_FILE, "".join(json.dumps(p) + "\n" for p in prompts).encode()
     )
     manifest = {
@@ -306,7 +296,7 @@ def _train_pair(settings: PairSettings, folder: Path, progress: bool) -> dict:
         "parameters": parameters,
         "prompts": str(folder / PROMPTS_FILE),
     }
-    corpus.atomic_write_bytes(folder / PAIR_MANIFEST, json.dumps(manifest, indent=2).encode())
+    atomic_write_bytes(folder / PAIR_MANIFEST, json.dumps(manifest, indent=2).encode())
     return manifest
 
 

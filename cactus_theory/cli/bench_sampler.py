@@ -1,0 +1,175 @@
+"""``cactus bench sampler``: the batched torch sampler against a dense reference and a floor.
+
+Workload (defaults): B = 64 rows, k = 10 drafts, V = 151,936 (a Qwen-size vocabulary),
+float32 rows from softmax(logits), the draft a noisy copy of the target, drafts sampled from
+the draft rows. For each rule, timed side by side in one run (best of ``--repeats``):
+
+- ``ours``: ``sampler.verify(..., check=False)`` (the fast path) and with ``check=True``;
+- ``dense``: ``sampler.verify_dense``, the reference-style path that materialises h, the
+  acceptances and the residuals over [B, k, V] (as reference implementations do);
+- ``floor``: bytes that must be read divided by the bandwidth of a plain copy measured here
+  (bandwidth = 2 × bytes / time of ``dst.copy_(src)``, read + write). Two floors:
+  ``needed`` counts the rows the rule must read (SpS, cactus, cactus-exact: the target and
+  draft rows at one position per batch row; frontier: every target and draft row; decision
+  rules: every target row), ``all`` counts every input row once.
+
+Ratios printed: dense / ours (what not materialising h buys) and ours / floor (how far from
+reading memory at copy speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from functools import partial
+from pathlib import Path
+
+from cactus_theory.core import rules
+from cactus_theory.util.timing import best_seconds
+
+DEFAULT_RULES = ("sps", "cactus:delta=1.0", "cactus-exact:delta=0.5", "frontier:delta=1.0")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", type=int, default=64, help="rows B (default 64)")
+    parser.add_argument("-k", type=int, default=10, help="drafts per row (default 10)")
+    parser.add_argument("--vocab", type=int, default=151_936, help="vocabulary V (default 151,936)")
+    parser.add_argument(
+        "--rule",
+        action="append",
+        help="rule spec, repeatable (default: sps, cactus, cactus-exact, frontier)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="best-of repeats (default 3)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, help="CPU threads for torch (default: torch's choice)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+
+
+def _timer(device):
+    """best_seconds with CUDA synchronised around each call on a GPU."""
+    import torch
+
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+    return lambda function, repeats: best_seconds(function, repeats, synchronize)
+
+
+def copy_bandwidth(device, repeats: int, size_bytes: int = 1 << 28) -> float:
+    """Bytes per second moved by a plain device copy (read + write counted)."""
+    import torch
+
+    source = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)  # warm-up
+    seconds = _timer(device)(lambda: target.copy_(source), max(repeats, 3))
+    return 2 * size_bytes / seconds
+
+
+def make_block(batch: int, steps: int, vocab: int, seed: int, device):
+    """Target/draft float32 rows, drafts sampled from the draft rows, and uniforms."""
+    import torch
+
+    from cactus_theory import sampler
+
+    generator = torch.Generator(device=device).manual_seed(seed)
+    logits = torch.randn(batch, steps + 1, vocab, generator=generator, device=device) * 3.0
+    target = torch.softmax(logits, dim=-1)
+    noise = torch.randn(batch, steps, vocab, generator=generator, device=device)
+    draft = torch.softmax(logits[:, :steps] + noise, dim=-1)
+    del logits, noise
+    uniforms = torch.rand(batch * steps, generator=generator, device=device)
+    ids = sampler.inverse_cdf(draft.reshape(-1, vocab), uniforms).reshape(batch, steps)
+    accept_u = torch.rand(batch, steps, generator=generator, device=device, dtype=torch.float64)
+    sample_u = torch.rand(batch, generator=generator, device=device, dtype=torch.float64)
+    return target, draft, ids, (accept_u, sample_u)
+
+
+def needed_bytes(rule: rules.Rule, batch: int, steps: int, vocab: int) -> int:
+    """Bytes of the rows the rule must read at least once (float32)."""
+    if isinstance(rule, rules.Frontier):
+        rows = batch * (2 * steps + 1)
+    elif isinstance(rule, rules.DecisionRule):
+        rows = batch * (steps + 1)
+    else:
+        rows = 2 * batch
+    return 4 * (rows * vocab + 2 * batch * steps)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from cactus_theory import sampler
+    from cactus_theory.cli.decode import device_from_args, set_threads
+
+    for name in ("batch", "k", "repeats"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(args, name)}")
+    if args.vocab < 2:
+        raise ValueError(f"vocab: must be >= 2, got {args.vocab}")
+    set_threads(args.threads)
+    device = device_from_args(args.device)
+    chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
+    bandwidth = copy_bandwidth(device, args.repeats)
+    timer = _timer(device)
+    target, draft, ids, uniforms = make_block(args.batch, args.k, args.vocab, args.seed, device)
+    all_bytes = 4 * target.numel() + 4 * draft.numel()
+    print(
+        f"B={args.batch}, k={args.k}, V={args.vocab:,}, float32 on {device}; "
+        f"plain-copy bandwidth {bandwidth / 1e9:.1f} GB/s; inputs {all_bytes / 1e6:,.0f} MB"
+    )
+    header = (
+        f"{'rule':<24} {'ours ms':>9} {'checked':>9} {'dense ms':>9} {'floor ms':>9} "
+        f"{'dense/ours':>10} {'ours/floor':>10} {'ours/all-rows floor':>19}"
+    )
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for rule in chosen:
+        fast = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms, check=False)
+        checked = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms)
+        started = time.perf_counter()
+        expected = fast()  # warm-up, and the tokens the dense path must reproduce
+        # A slow rule on a slow device (the frontier on CPU) is timed once.
+        repeats = 1 if time.perf_counter() - started > 2.0 else args.repeats
+        ours = timer(fast, repeats)
+        ours_checked = timer(checked, repeats)
+        dense = None
+        if not isinstance(rule, rules.DecisionRule):
+            reference = partial(sampler.verify_dense, target, draft, ids, rule, uniforms)
+            if not torch.equal(expected[0], reference()[0]):
+                raise RuntimeError(f"dense and fast paths disagree for {rule.label}")
+            dense = timer(reference, repeats)
+        floor = needed_bytes(rule, args.batch, args.k, args.vocab) / bandwidth
+        floor_all = all_bytes / bandwidth
+        row = {
+            "rule": rule.label,
+            "ours_s": ours,
+            "ours_checked_s": ours_checked,
+            "dense_s": dense,
+            "floor_needed_s": floor,
+            "floor_all_rows_s": floor_all,
+            "dense_over_ours": None if dense is None else dense / ours,
+            "ours_over_floor": ours / floor,
+            "ours_over_all_rows_floor": ours / floor_all,
+        }
+        rows.append(row)
+        dense_text = "-" if dense is None else f"{1e3 * dense:9.2f}"
+        ratio_text = "-" if dense is None else f"{dense / ours:9.1f}x"
+        print(
+            f"{rule.label:<24} {1e3 * ours:9.2f} {1e3 * ours_checked:9.2f} {dense_text:>9} "
+            f"{1e3 * floor:9.3f} {ratio_text:>10} {ours / floor:9.1f}x "
+            f"{ours / floor_all:18.2f}x",
+            flush=True,
+        )
+    print(
+        "ours = verify(check=False); checked = verify(check=True); dense = h materialised "
+        "over [B, k, V]; floor = bytes the rule must read / copy bandwidth"
+    )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"bandwidth_bytes_per_s": bandwidth, "rows": rows}, indent=2)
+        )
+    return 0

@@ -1,0 +1,127 @@
+"""The ``cactus`` command line. This module only dispatches.
+
+Each subcommand lives in its own package and module, which exposes
+``configure(parser)`` (its flags) and ``run(args) -> int``. Only the module of the
+subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` never
+imports torch and ``cactus decode`` never imports cvxpy. This is the one place allowed to
+import proofs_check, sims and paper_figs from cactus_theory.
+
+Commands that run the small trained verifier/draft pair by default (``decode``,
+``bench decode``) get a ``default_pair`` callable from here, which trains or loads the
+pair through ``sims.train_pair``; cactus_theory itself never imports sims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str
+    help: str
+    needs_pair: bool = False
+
+
+@dataclass(frozen=True)
+class Group:
+    help: str
+    members: dict[str, Command] = field(default_factory=dict)
+
+
+COMMANDS: dict[str, Command | Group] = {
+    "report": Command(
+        "paper_figs.cli",
+        "The main job: sweeps, claims table and figures, written to DIR/report.html.",
+    ),
+    "check": Command(
+        "proofs_check.cli", "Exact verdict (holds/fails) for every claim, with counterexamples."
+    ),
+    "decode": Command(
+        "cactus_theory.cli.decode",
+        "Speculative decoding with a rule on Hugging Face causal LMs.",
+        needs_pair=True,
+    ),
+    "train-pair": Command(
+        "sims.train_pair",
+        "Train the small verifier and draft models on standard-library text (cached).",
+    ),
+    "bench": Group(
+        "Benchmarks (ratios measured side by side in one run).",
+        {
+            "law": Command(
+                "cactus_theory.cli.bench_law", "Exact-law instances per second, by rule."
+            ),
+            "solvers": Command(
+                "proofs_check.bench", "Fast solvers (closed forms, roots, frontier) vs cvxpy."
+            ),
+            "sampler": Command(
+                "cactus_theory.cli.bench_sampler",
+                "The batched torch sampler vs references and floor.",
+            ),
+            "decode": Command(
+                "cactus_theory.cli.bench_decode",
+                "Speculative vs autoregressive decoding on the trained pair.",
+                needs_pair=True,
+            ),
+        },
+    ),
+}
+
+
+def default_pair() -> tuple[str, str]:
+    """Paths of the trained (verifier, draft) pair, training it on first use."""
+    from sims import train_pair
+
+    return train_pair.ensure_pair()
+
+
+def _attach(command: Command, parser: argparse.ArgumentParser) -> None:
+    module = importlib.import_module(command.module)
+    module.configure(parser)
+    parser.set_defaults(_command=command)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; the flags of the subcommand named in ``argv`` are loaded on demand."""
+    parser = argparse.ArgumentParser(
+        prog="cactus",
+        description="cactus-theory: constrained-acceptance speculative sampling, checked exactly.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, spec in COMMANDS.items():
+        sub = commands.add_parser(name, help=spec.help, description=spec.help)
+        if isinstance(spec, Group):
+            members = sub.add_subparsers(dest="member", required=True, metavar="NAME")
+            for member, command in spec.members.items():
+                leaf = members.add_parser(member, help=command.help, description=command.help)
+                if list(argv[:2]) == [name, member]:
+                    _attach(command, leaf)
+        elif list(argv[:1]) == [name]:
+            _attach(spec, sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(arguments).parse_args(arguments)
+    command: Command = args._command
+    module = importlib.import_module(command.module)
+    try:
+        if command.needs_pair:
+            return int(module.run(args, default_pair=default_pair) or 0)
+        return int(module.run(args) or 0)
+    except ValueError as error:
+        print(f"cactus {' '.join(arguments[:2])}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished pieces are cached and a rerun resumes", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Speculative decoding with any rule for Hugging Face causal LMs (batched, KV-cached).
+
+- ``generate``: ``speculative_generate``, ``autoregressive_generate``, ``verifier_nll``;
+- ``cache``: the per-model KV cache of slots, its slot mask and rollback;
+- ``checks``: the decoder's input checks.
+"""
+
+from cactus_theory.decode.checks import parse_rule
+from cactus_theory.decode.generate import (
+    DecodeResult,
+    autoregressive_generate,
+    speculative_generate,
+    verifier_nll,
+)
+
+__all__ = [
+    "DecodeResult",
+    "autoregressive_generate",
+    "parse_rule",
+    "speculative_generate",
+    "verifier_nll",
+]

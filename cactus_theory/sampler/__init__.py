@@ -1,0 +1,32 @@
+"""The torch export: the numpy core's rules as a batched sampler (float32 compute).
+
+Modules mirror ``cactus_theory.core`` file for file:
+
+- ``rules/``: one torch adapter per numpy rule file (``rules.for_rule(rule)``);
+- ``gamma``: γ*(q_n, δ) (closed forms, safeguarded Newton; float64);
+- ``divergences``: elementwise KL terms and the binary divergences;
+- ``processors``: temperature, top-k, top-p (HF order, tie-robust);
+- ``verify_step``: ``verify``, the torch twin of ``core.verify.verify_block``;
+- ``checks``: its input checks; ``dense``: the reference-style path over [B, k, V].
+
+``from cactus_theory import sampler; sampler.verify(target_probs, draft_probs, draft_ids,
+rule)`` returns ``(token_ids [B, k+1] padded with PAD_ID = -1, num_accepted [B])``.
+"""
+
+from cactus_theory.core.verify import PAD_ID
+from cactus_theory.sampler.checks import SUM_TOLERANCE, check_probs, compute_dtype
+from cactus_theory.sampler.dense import adjusted_targets_dense, verify_dense
+from cactus_theory.sampler.rules import for_rule
+from cactus_theory.sampler.verify_step import inverse_cdf, verify
+
+__all__ = [
+    "PAD_ID",
+    "SUM_TOLERANCE",
+    "adjusted_targets_dense",
+    "check_probs",
+    "compute_dtype",
+    "for_rule",
+    "inverse_cdf",
+    "verify",
+    "verify_dense",
+]

@@ -1,0 +1,88 @@
+"""Sampling processors in torch, mirroring ``cactus_theory.core.processors`` exactly.
+
+The decoder applies these to both models' logits, so the rule sees exactly the draft law p
+the drafted token was sampled from, and the verifier's q after the same processors.
+
+HF order (temperature, then top-k, then top-p), tie-robust as in the numpy reference:
+
+- T = 0: greedy, the one-hot at argmax (first index on ties; ``torch.argmax`` guarantees
+  it);
+- T > 0: softmax(logits / T) in float32 (float64 for float64 logits);
+- top-k: keep x iff probs_x >= the k-th largest (boundary ties kept); renormalise;
+- top-p: keep x iff the mass of tokens strictly more probable than x is < top_p (the
+  smallest top set reaching top_p, boundary ties kept); renormalise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_theory.core.processors import PLAIN_SETTING, SamplingSettings
+
+Tensor = torch.Tensor
+
+
+def greedy_rows(scores: Tensor) -> Tensor:
+    """One-hot rows at argmax (first index on ties)."""
+    index = torch.argmax(scores, dim=-1, keepdim=True)
+    return torch.zeros_like(scores).scatter(-1, index, 1.0)
+
+
+def top_k_mask(probs: Tensor, top_k: int | None) -> Tensor:
+    """Keep x iff probs_x >= the k-th largest of its row (boundary ties kept)."""
+    if not top_k or top_k >= probs.shape[-1]:
+        return torch.ones_like(probs, dtype=torch.bool)
+    kth = torch.topk(probs, top_k, dim=-1).values[..., -1:]
+    return probs >= kth
+
+
+def top_p_mask(probs: Tensor, top_p: float, candidates: int | None = None) -> Tensor:
+    """Keep x iff Σ_{y : probs_y > probs_x} probs_y < top_p (boundary ties kept).
+
+    The kept set is a run of leading tie groups in descending order, so it is
+    {x : probs_x >= t} with t the smallest kept value. t is found on the descending values:
+    all of them (a sort), or only the largest ``candidates`` (``torch.topk``) when every
+    row has at most that many nonzero entries (after top-k), which gives the same t: the
+    prefix sums of the leading values are the same numbers either way.
+    """
+    if top_p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)
+    if candidates is not None and candidates < probs.shape[-1]:
+        values = torch.topk(probs, max(candidates, 1), dim=-1).values
+    else:
+        values = torch.sort(probs, dim=-1, descending=True).values
+    before = torch.cumsum(values, dim=-1) - values
+    # Tokens tied with an earlier one share the mass strictly above their tie group.
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[..., 1:] = values[..., 1:] != values[..., :-1]
+    positions = torch.arange(values.shape[-1], device=probs.device).expand_as(values)
+    start_index = torch.cummax(torch.where(starts, positions, 0), dim=-1).values
+    kept = before.gather(-1, start_index) < top_p
+    threshold = torch.where(kept, values, torch.full_like(values, torch.inf)).amin(-1)
+    return probs >= threshold[..., None]
+
+
+def _renormalised(probs: Tensor, keep: Tensor) -> Tensor:
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def process_logits(logits: Tensor, settings: SamplingSettings = PLAIN_SETTING) -> Tensor:
+    """Processed probabilities [..., V] from logits (−inf allowed for masked tokens).
+
+    Computes in float32 (float64 for float64 logits). No validation of values: the
+    decoder's logits come from a model; use ``cactus_theory.processors`` to validate.
+    """
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    scores = logits.to(dtype)
+    if settings.temperature == 0:
+        return greedy_rows(scores)
+    probs = torch.softmax(scores / settings.temperature, dim=-1)
+    keep = top_k_mask(probs, settings.top_k)
+    probs = _renormalised(probs, keep)
+    candidates = None
+    if settings.top_k and settings.top_p < 1.0 and settings.top_k < probs.shape[-1]:
+        # At most this many nonzero entries per row (top-k keeps boundary ties): top-p then
+        # needs only a top-k of that size, not a sort of the vocabulary.
+        candidates = int(keep.sum(dim=-1).max())
+    return _renormalised(probs, top_p_mask(probs, settings.top_p, candidates))

@@ -1,0 +1,265 @@
+"""``cactus decode``, ``cactus bench decode`` and ``cactus bench sampler`` end to end.
+
+Tiny Llama checkpoints with a tiny byte-level BPE tokenizer are saved with
+``save_pretrained`` into a temporary folder and loaded back by path, as users do.
+"""
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from cactus_theory.cli import dispatch as cli
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+TEXT = [
+    "def main(argv):\n    return 0\n",
+    "import os\nprint(os.getcwd())\n",
+    "class A:\n    pass\n",
+]
+
+
+def make_tokenizer(vocab_size, text=TEXT):
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(text * 20, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
+
+
+def save_model(folder, tokenizer, vocab, seed, layers):
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        eos_token_id=0,
+        pad_token_id=0,
+        bos_token_id=0,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = make_tokenizer(300)
+    vocab = len(tokenizer)
+    other = make_tokenizer(300, ["zebra quokka yak\n", "lorem ipsum dolor\n"])
+    prompts = root / "prompts.txt"
+    prompts.write_text("def main(\nimport os\\nprint(\n\nclass A:\n")
+    return {
+        "verifier": save_model(root / "verifier", tokenizer, vocab, 0, 2),
+        "draft": save_model(root / "draft", tokenizer, vocab, 1, 1),
+        "other_tokenizer": save_model(root / "other", other, len(other), 2, 1),
+        "other_vocab": save_model(root / "wide", tokenizer, vocab + 8, 3, 1),
+        "prompts": str(prompts),
+        "root": root,
+    }
+
+
+def decode_args(checkpoints, *extra):
+    return [
+        "decode",
+        "--verifier",
+        checkpoints["verifier"],
+        "--draft",
+        checkpoints["draft"],
+        "--prompts",
+        checkpoints["prompts"],
+        "--max-new-tokens",
+        "6",
+        "--batch-size",
+        "2",
+        *extra,
+    ]
+
+
+def test_decode_prints_text_and_summary(checkpoints, capsys, tmp_path):
+    summary = tmp_path / "summary.json"
+    code = cli.main(
+        decode_args(
+            checkpoints, "--rule", "cactus", "--delta", "1.0", "-k", "3", "--json", str(summary)
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("--- prompt") == 3 and "print(" in out  # \n escapes read as newlines
+    for needle in ("AL ", "tokens/s", "speed-up", "accepted drafts per verify step", "NLL"):
+        assert needle in out
+    data = json.loads(summary.read_text())
+    assert data["rule"] == "cactus:delta=1.0" and data["k"] == 3
+    assert sum(data["speculative"]["accepted_histogram"]) > 0
+    assert data["speculative"]["tokens"] == data["baseline"]["tokens"] == 18
+
+
+def test_decode_greedy_jsonl_prompts_and_rule_spec(checkpoints, capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps("def f(x):") + "\n" + json.dumps({"prompt": "import"}) + "\n")
+    args = decode_args(checkpoints, "--rule", "topk:k=3", "--temperature", "0", "--no-baseline")
+    args[args.index("--prompts") + 1] = str(prompts)
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- prompt") == 2 and "baseline:" not in out
+
+
+def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monkeypatch):
+    monkeypatch.setattr(
+        cli, "default_pair", lambda: (checkpoints["verifier"], checkpoints["draft"])
+    )
+    code = cli.main(
+        ["decode", "--rule", "sps", "--max-new-tokens", "3", "--quiet", "--no-baseline"]
+    )
+    assert code == 0
+    assert checkpoints["verifier"] in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"--verifier": "/nonexistent/model/folder"},
+            "verifier: path '/nonexistent/model/folder' does not exist",
+        ),
+        ({"--draft": "other_tokenizer"}, "draft: its tokenizer differs from the verifier's"),
+        ({"--draft": "other_vocab"}, "draft: output vocabulary"),
+        ({"--prompts": "/nonexistent/prompts.txt"}, "prompts: file"),
+        ({"--rule": "cactus"}, "delta: rule 'cactus' needs this parameter"),
+        ({"--rule": "sps", "--delta": "1"}, "delta: not a parameter of rule 'sps'"),
+        ({"--rule": "bogus"}, "rule: unknown rule"),
+        ({"--rule": "sps", "-k": "0"}, "k: must be >= 1"),
+        ({"--rule": "sps", "--max-new-tokens": "0"}, "max_new_tokens: must be >= 1"),
+        ({"--rule": "sps", "--temperature": "-1"}, "temperature: must be >= 0"),
+        ({"--rule": "sps", "--top-p": "1.5"}, "top_p: must lie in (0, 1]"),
+        ({"--rule": "sps", "--device": "tpu"}, "device:"),
+    ],
+)
+def test_decode_errors_are_clean(checkpoints, capsys, extra, message):
+    args = decode_args(checkpoints)
+    for flag, value in extra.items():
+        value = checkpoints.get(value, value)
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    if "--rule" not in extra:
+        args += ["--rule", "sps"]
+    assert cli.main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_requested_without_cuda(checkpoints, capsys):
+    assert cli.main(decode_args(checkpoints, "--rule", "sps", "--device", "cuda")) == 2
+    assert "device: 'cuda' was requested but CUDA is not available" in capsys.readouterr().err
+
+
+def test_only_one_model_given(checkpoints, capsys):
+    args = ["decode", "--verifier", checkpoints["verifier"], "--rule", "sps"]
+    assert cli.main(args) == 2
+    assert "verifier: give both --verifier and --draft" in capsys.readouterr().err
+
+
+def test_help_lists_the_documented_flags(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["decode", "--help"])
+    text = capsys.readouterr().out
+    for flag in (
+        "--verifier",
+        "--draft",
+        "--rule",
+        "--delta",
+        "-k",
+        "--prompts",
+        "--device",
+        "--dtype",
+        "--batch-size",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--max-new-tokens",
+        "--seed",
+    ):
+        assert flag in text
+
+
+def test_bench_decode_table(checkpoints, capsys, tmp_path):
+    output = tmp_path / "decode.json"
+    args = [
+        "bench",
+        "decode",
+        "--json",
+        str(output),
+        "--verifier",
+        checkpoints["verifier"],
+        "--draft",
+        checkpoints["draft"],
+        "--prompts",
+        checkpoints["prompts"],
+        "--max-new-tokens",
+        "4",
+        "--rule",
+        "sps",
+        "--rule",
+        "cactus:delta=1.0",
+        "-k",
+        "2",
+        "3",
+        "--repeats",
+        "2",
+    ]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "autoregressive" in out and out.count("cactus(δ=1.0)") == 2 and "speed-up" in out
+    assert "fastest of 2 interleaved rounds" in out
+    # Every round reseeds: the same tokens in each round on CPU, so AL is exact.
+    rows = json.loads(output.read_text())["rows"]
+    assert len(rows) == 5 and all(row["rounds_agree"] for row in rows)
+    assert cli.main([*args[:-2], "--repeats", "0"]) == 2
+    assert "repeats" in capsys.readouterr().err
+
+
+def test_bench_sampler_small(capsys, tmp_path):
+    output = tmp_path / "s.json"
+    args = [
+        "bench",
+        "sampler",
+        "--batch",
+        "3",
+        "-k",
+        "2",
+        "--vocab",
+        "50",
+        "--repeats",
+        "1",
+        "--json",
+        str(output),
+    ]
+    assert cli.main(args) == 0
+    rows = json.loads(output.read_text())["rows"]
+    assert [row["rule"] for row in rows] == [
+        "sps",
+        "cactus(δ=1.0)",
+        "cactus-exact(δ=0.5)",
+        "frontier(δ=1.0)",
+    ]
+    assert all(row["dense_over_ours"] > 0 and row["ours_over_floor"] > 0 for row in rows)
+    assert cli.main(["bench", "sampler", "--vocab", "1"]) == 2

@@ -1,0 +1,228 @@
+"""The report end to end on a tiny configuration, and the numbers behind its figures."""
+
+import csv
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from cactus_theory.cli import dispatch as cli
+from paper_figs import report
+from paper_figs.data import Results
+from sims import sweep
+
+FAKE_CLAIMS = {
+    "claims": [
+        {
+            "id": "thm1",
+            "statement": "generalised SpS emits exactly h",
+            "owner": "paper",
+            "verdict": "holds",
+            "instances": 1000,
+            "worst_case": 2e-16,
+            "counterexample": None,
+        },
+        {
+            "id": "cor6",
+            "statement": "γ* <= 0.5 implies KL(h||q) <= δ",
+            "owner": "paper",
+            "verdict": "fails",
+            "instances": 1000,
+            "worst_case": 1.7,
+            "counterexample": {"q_n": 0.3, "delta": 1.0},
+        },
+    ],
+    "curves": {
+        "gamma": {
+            "delta": [0.01, 0.1, 1.0],
+            "rules": {
+                "cactus": [0.02, 0.15, 1.2],
+                "cactus-exact": [0.015, 0.13, 1.1],
+                "frontier": [0.01, 0.1, 1.0],
+            },
+        },
+        "branch_overshoot": {
+            "delta": [0.01, 0.1, 1.0],
+            "measured": [1.01, 1.1, 1.4],
+            "analytic": [1.01, 1.1, 1.4],
+        },
+    },
+}
+
+
+def fake_claims(folder, *, quick, seed, progress):
+    (folder / "claims.json").write_text(json.dumps(FAKE_CLAIMS))
+    return FAKE_CLAIMS
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    result = report.build(
+        folder, quick=True, seed=0, progress=False, config=sweep.TINY, claims_runner=fake_claims
+    )
+    return folder, result
+
+
+def test_report_writes_every_figure_table_and_csv(built):
+    folder, result = built
+    page = result.html.read_text()
+    names = [figure.name for figure in result.figures]
+    assert names == [
+        "fig1_tradeoff",
+        "fig2_overshoot",
+        "fig3_al_vs_delta",
+        "fig4_speedup",
+        "fig5_gamma",
+        "fig6_example",
+        "fig7_sequence_kl",
+    ]
+    for figure in result.figures:
+        assert figure.png.stat().st_size > 10_000 and figure.svg.stat().st_size > 10_000
+        assert figure.caption[:60] in page.replace("&#x27;", "'")
+    for name in ("tradeoff.csv", "decoding.csv", "sequence_kl.csv", "claims.json"):
+        assert (folder / name).exists()
+    assert "cor6" in page and "class='fails'" in page and "class='holds'" in page
+
+
+def test_summary_table_is_decoding_csv(built):
+    folder, result = built
+    with open(folder / "decoding.csv") as handle:
+        rows = {
+            (r["rule"], int(r["k"])): r
+            for r in csv.DictReader(handle)
+            if r["source"] == "text" and r["group"] == "grid"
+        }
+    page = result.html.read_text()
+    labels = [row["label"] for row in result.summary]
+    assert labels == [
+        "SpS",
+        "TAS (ε = 0.09)",
+        "cactus δ = 1.0",
+        "cactus-exact δ = 1.0",
+        "frontier δ = 1.0",
+    ]
+    for row in result.summary:
+        source = rows[(row["rule"], 10)]
+        assert row[10]["al"] == float(source["al"])
+        assert f"{float(source['al']):.3f} ± " in page
+        assert 20 not in row  # TINY decodes k = 2 and 10 only
+
+
+def test_figure_numbers(built):
+    folder, result = built
+    figures = {figure.name: figure for figure in result.figures}
+    results = Results.load(folder)
+    # Figure 1: no rule lies above the source's Pareto frontier (supporting lines, exact).
+    for source in results.sources():
+        rows = [r for r in results.tradeoff if r["source"] == source]
+        frontier = [
+            (r["param"], r["emitted_kl"], r["acceptance"]) for r in rows if r["name"] == "pareto"
+        ]
+        for row in rows:
+            if not np.isfinite(row["emitted_kl"]):
+                continue
+            for spread, kl_star, acc_star in frontier:
+                assert row["acceptance"] <= acc_star + (row["emitted_kl"] - kl_star) / spread + 1e-7
+        plotted = figures["fig1_tradeoff"].series[source]
+        assert plotted["pareto"] == [(kl, acc) for _, kl, acc in sorted(frontier)]
+    # Figure 2 plots the claims curves divided by δ.
+    ratio = figures["fig2_overshoot"].series["gamma_over_delta"]["cactus"]
+    np.testing.assert_allclose(ratio, [(0.01, 2.0), (0.1, 1.5), (1.0, 1.2)])
+    # Figure 3: the plotted AL values are the CSV's.
+    al = figures["fig3_al_vs_delta"].series
+    for row in results.decoding:
+        if row["source"] == "text" and row["group"] == "grid" and row["name"] == "sps":
+            assert al[row["k"]]["sps"] == row["al"]
+    # Figure 5: frontier never gives the drafted token more than cactus-exact's γ*.
+    for row in results.drafted:
+        assert row["frontier_mass"] <= row["cactus_exact_mass"] + 1e-9
+    # Figure 6: each bar group is a distribution.
+    for label, bars in figures["fig6_example"].series["bars"].items():
+        assert sum(bars) == pytest.approx(1.0, abs=1e-9), label
+    # Figure 7: SpS emits q, so its sequence divergence is 0 at every length.
+    sps = figures["fig7_sequence_kl"].series["sps"]
+    assert all(abs(value) < 1e-12 for _, value in sps)
+
+
+def test_run_claims_calls_proofs_check_and_saves_json(tmp_path, monkeypatch):
+    module = types.ModuleType("proofs_check")
+    seen = {}
+
+    def run(quick=True, seed=0, progress=True, cache_dir=None):
+        seen.update(quick=quick, seed=seed, progress=progress, cache_dir=cache_dir)
+        return FAKE_CLAIMS
+
+    module.run = run
+    module.to_markdown = lambda result: "| id | verdict |\n"
+    monkeypatch.setitem(sys.modules, "proofs_check", module)
+    claims = report.run_claims(tmp_path, quick=True, seed=3, progress=False)
+    assert claims == FAKE_CLAIMS
+    assert seen == {
+        "quick": True,
+        "seed": 3,
+        "progress": False,
+        "cache_dir": str(tmp_path / "claims-cache"),
+    }
+    assert json.loads((tmp_path / "claims.json").read_text()) == FAKE_CLAIMS
+    assert (tmp_path / "claims.md").read_text().startswith("| id")
+
+
+def test_cli_reports_bad_settings_cleanly(tmp_path, capsys):
+    assert cli.main(["report", "--seed", "-1", "--out", str(tmp_path / "r")]) == 2
+    assert "seed" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["report", "--quick", "--out", str(blocker / "r")]) == 2
+    assert "out: cannot write" in capsys.readouterr().err
+
+
+def test_claims_in_a_child_process_equal_the_serial_run(tmp_path):
+    import proofs_check
+    from proofs_check import runner
+
+    only = ("delta-zero", "cor5")
+    pending = report.start_claims(tmp_path, quick=True, seed=1, only=only)
+    result, seconds = report.wait_claims(
+        pending, tmp_path, quick=True, seed=1, progress=False, only=only
+    )
+    serial = proofs_check.run(quick=True, seed=1, progress=False, only=only)
+    assert result["claims"] == serial["claims"]
+    assert [row["verdict"] for row in result["claims"]] == ["holds"] * len(result["claims"])
+    assert seconds > 0
+    assert json.loads((tmp_path / "claims.json").read_text())["claims"] == serial["claims"]
+    # Each finished check is cached where the parent's progress bar looks for it.
+    folder = runner.cache_folder(tmp_path / "claims-cache", quick=True, seed=1)
+    assert sorted(path.stem for path in folder.glob("*.json")) == sorted(only)
+    assert (tmp_path / "claims.md").read_text().strip()
+
+
+def test_a_crashing_claims_child_is_a_clear_error(tmp_path):
+    pending = report.start_claims(tmp_path, quick=True, seed=0, only=("no-such-check",))
+    with pytest.raises(RuntimeError, match="claims check failed .exit 2"):
+        report.wait_claims(
+            pending, tmp_path, quick=True, seed=0, progress=False, only=("no-such-check",)
+        )
+
+
+def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
+    started = []
+    real_start = report.start_claims
+
+    def start(*args, **kwargs):
+        pending = real_start(*args, **kwargs)
+        started.append(pending)
+        return pending
+
+    def broken_sweep(*args, **kwargs):
+        raise ValueError("ks: k must be an integer >= 1, got 0")
+
+    monkeypatch.setattr(report, "start_claims", start)
+    monkeypatch.setattr(sweep, "run", broken_sweep)
+    with pytest.raises(ValueError, match="ks"):
+        report.build(tmp_path / "out", quick=False, seed=0, progress=False, config=sweep.TINY)
+    # The full claims check would take minutes; the child was killed, not waited for.
+    (pending,) = started
+    assert pending.process.poll() is not None

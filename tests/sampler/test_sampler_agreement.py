@@ -1,0 +1,326 @@
+"""The torch sampler makes the numpy reference's decisions from the same uniforms.
+
+Oracle: ``cactus_theory.verify.verify_block`` (float64), run on the very inputs torch sees
+(float32 inputs are rounded first and handed to numpy as float64). float64 inputs must give
+identical tokens. float32 inputs must too, except at near-ties: a decision whose uniform
+lies within ``NEAR`` of the reference acceptance, or an inverse-CDF draw whose threshold
+lies within ``NEAR`` (relative) of a cumulative boundary. Those have measure ~1e-5 per
+event; the test counts them, bounds their number and requires everything else to match.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from strategies import pairs, positive_budgets
+
+from cactus_theory import divergences, gamma, rules, sampler, validate
+from cactus_theory import verify as reference
+from cactus_theory.core.rules.frontier import frontier_constants
+from cactus_theory.sampler import gamma as torch_gamma
+from cactus_theory.sampler import verify_step
+from cactus_theory.sampler.rules import frontier as torch_frontier
+
+RULE_SPECS = [
+    "sps",
+    "cactus:delta=0.5",
+    "cactus:delta=0",
+    "cactus-exact:delta=0.5",
+    "cactus-exact:delta=0.05,divergence=reverse-kl",
+    "cactus-exact:delta=0.1,divergence=js",
+    "cactus-exact:delta=0.2,divergence=chi2",
+    "cactus-exact:delta=0.2,divergence=hellinger",
+    "cactus-exact:delta=0.1,divergence=tv",
+    "frontier:delta=0.2",
+    "frontier:delta=0",
+    "pareto:spread=1.5",
+    "pareto:spread=0",
+    "interp:alpha=0.3",
+    "tas",
+    "topk:k=3",
+    "greedy",
+]
+NEAR = 1e-5
+#: scripts/gpu_check.sh sets CACTUS_TEST_DEVICE=cuda to run these on the GPU.
+DEVICE = torch.device(os.environ.get("CACTUS_TEST_DEVICE", "cpu"))
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def random_block(seed, batch=1500, steps=4, vocab=16, dtype=torch.float64):
+    """Sparse-ish Dirichlet rows (some exact zeros), drafts sampled from the draft rows."""
+    rng = np.random.default_rng(seed)
+    target = rng.dirichlet(np.full(vocab, 0.4), size=(batch, steps + 1))
+    draft = rng.dirichlet(np.full(vocab, 0.4), size=(batch, steps))
+    target[target < 0.01] = 0.0
+    draft[draft < 0.005] = 0.0
+    target /= target.sum(-1, keepdims=True)
+    draft /= draft.sum(-1, keepdims=True)
+    target_t = torch.tensor(target, dtype=dtype, device=DEVICE)
+    draft_t = torch.tensor(draft, dtype=dtype, device=DEVICE)
+    draft64 = draft_t.double().cpu().numpy()
+    cumulative = np.cumsum(draft64 / draft64.sum(-1, keepdims=True), axis=-1)
+    ids = (cumulative <= rng.random((batch, steps, 1))).sum(-1).clip(0, vocab - 1)
+    accept_u = rng.random((batch, steps))
+    sample_u = rng.random(batch)
+    return target_t, draft_t, ids, accept_u, sample_u
+
+
+def reference_details(rule, target, draft, ids, accept_u, sample_u):
+    """The numpy reference's tokens plus the quantities that define near-ties."""
+    target64 = validate.distribution("target_probs", target)
+    draft64 = validate.distribution("draft_probs", draft)
+    tokens, accepted = reference.verify_block(rule, target64, draft64, ids, accept_u, sample_u)
+    steps = ids.shape[1]
+    accept = rule.accept_probs(target64[:, :steps], draft64)
+    drafted = np.take_along_axis(accept, ids[..., None], axis=-1)[..., 0]
+    # A decision is a near-tie if it was scanned (no earlier rejection) and u is close to a.
+    scanned = np.arange(steps)[None, :] <= accepted[:, None]
+    decision_tie = (np.abs(accept_u - drafted) <= NEAR) & scanned
+    rows = np.arange(len(ids))
+    stop = np.minimum(accepted, steps - 1)
+    law = target64[rows, accepted].copy() if steps else target64[:, 0].copy()
+    rejected = accepted < steps
+    if rejected.any():
+        where = rows[rejected]
+        law[where] = rule.residuals_for(
+            target64[where, stop[where]], draft64[where, stop[where]], ids[where, stop[where]]
+        )
+    cumulative = np.cumsum(law, axis=-1)
+    threshold = sample_u * cumulative[:, -1]
+    sample_tie = (
+        np.min(np.abs(cumulative - threshold[:, None]), axis=-1) <= NEAR * cumulative[:, -1]
+    )
+    return tokens, accepted, decision_tie.any(axis=1), sample_tie
+
+
+@pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])
+@pytest.mark.parametrize("spec", RULE_SPECS)
+def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
+    # Small blocks are evaluated in one call; larger ones position by position on the rows
+    # still running (verify_step.WHOLE_BLOCK_ELEMENTS). Both must make the reference's
+    # decisions.
+    if per_position:
+        monkeypatch.setattr(verify_step, "WHOLE_BLOCK_ELEMENTS", 0)
+    rule = rules.parse(spec)
+    target, draft, ids, accept_u, sample_u = random_block(seed=1)
+    tokens, accepted = sampler.verify(
+        target,
+        draft,
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        uniforms=(torch.tensor(accept_u), torch.tensor(sample_u)),
+    )
+    ref_tokens, ref_accepted, _, _ = reference_details(
+        rule, target.cpu().numpy(), draft.cpu().numpy(), ids, accept_u, sample_u
+    )
+    np.testing.assert_array_equal(accepted.cpu().numpy(), ref_accepted)
+    np.testing.assert_array_equal(tokens.cpu().numpy(), ref_tokens)
+
+
+@pytest.mark.parametrize("spec", RULE_SPECS)
+def test_float32_inputs_agree_except_counted_near_ties(spec):
+    rule = rules.parse(spec)
+    target, draft, ids, accept_u, sample_u = random_block(seed=2, dtype=torch.float32)
+    uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
+    tokens, accepted = sampler.verify(
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms
+    )
+    ref_tokens, ref_accepted, decision_tie, sample_tie = reference_details(
+        rule, target.double().cpu().numpy(), draft.double().cpu().numpy(), ids, accept_u, sample_u
+    )
+    clean = ~decision_tie
+    np.testing.assert_array_equal(accepted.cpu().numpy()[clean], ref_accepted[clean])
+    clean_tokens = clean & ~sample_tie
+    np.testing.assert_array_equal(tokens.cpu().numpy()[clean_tokens], ref_tokens[clean_tokens])
+    excluded = int((~clean_tokens).sum())
+    # Expected about (k + 1) x 2 NEAR = 1e-4 per row for the continuous rules (decision
+    # rules compare masses with thresholds instead, with ties of the same order): far
+    # below 1% of the rows.
+    assert excluded <= 0.01 * len(ids), f"{excluded} near-ties out of {len(ids)} rows"
+
+
+@pytest.mark.parametrize("spec", RULE_SPECS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_are_computed_in_float32(spec, dtype):
+    """bfloat16/float16 rows give bit-identical output to the same rows upcast to float32."""
+    rule = rules.parse(spec)
+    target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=600)
+    target, draft = target.to(dtype), draft.to(dtype)
+    uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
+    low = sampler.verify(target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms)
+    # the float32 copy is not renormalised, so it only passes without the sum check
+    upcast = sampler.verify(
+        target.float(),
+        draft.float(),
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        uniforms=uniforms,
+        check=False,
+    )
+    torch.testing.assert_close(low[0], upcast[0], rtol=0, atol=0)
+    torch.testing.assert_close(low[1], upcast[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "sps",
+        "cactus:delta=1.0",
+        "cactus-exact:delta=0.5",
+        "frontier:delta=0.3",
+        "pareto:spread=2.0",
+        "interp:alpha=0.5",
+    ],
+)
+def test_dense_reference_path_matches(spec):
+    rule = rules.parse(spec)
+    target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=500, dtype=torch.float32)
+    uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
+    fast = sampler.verify(target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms)
+    dense = sampler.verify_dense(
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=uniforms
+    )
+    torch.testing.assert_close(fast[1], dense[1], rtol=0, atol=0)
+    torch.testing.assert_close(fast[0], dense[0], rtol=0, atol=0)
+
+
+def test_batched_equals_one_by_one_under_a_seed():
+    rule = rules.parse("cactus:delta=0.7")
+    target, draft, ids, _, _ = random_block(seed=4, batch=40, dtype=torch.float32)
+    ids = torch.tensor(ids, device=DEVICE)
+    batched = sampler.verify(target, draft, ids, rule, generator=torch.Generator().manual_seed(7))
+    generator = torch.Generator().manual_seed(7)
+    singles = [
+        sampler.verify(
+            target[b : b + 1], draft[b : b + 1], ids[b : b + 1], rule, generator=generator
+        )
+        for b in range(len(ids))
+    ]
+    torch.testing.assert_close(batched[0], torch.cat([s[0] for s in singles]), rtol=0, atol=0)
+    torch.testing.assert_close(batched[1], torch.cat([s[1] for s in singles]), rtol=0, atol=0)
+    again = sampler.verify(target, draft, ids, rule, generator=torch.Generator().manual_seed(7))
+    torch.testing.assert_close(batched[0], again[0], rtol=0, atol=0)
+
+
+def test_generator_uniforms_are_the_documented_layout():
+    rule = rules.parse("sps")
+    target, draft, ids, _, _ = random_block(seed=5, batch=30, dtype=torch.float64)
+    drawn = torch.rand(30, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    with_generator = sampler.verify(
+        target,
+        draft,
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        generator=torch.Generator().manual_seed(3),
+    )
+    injected = sampler.verify(
+        target, draft, torch.tensor(ids, device=DEVICE), rule, uniforms=(drawn[:, :4], drawn[:, 4])
+    )
+    torch.testing.assert_close(with_generator[0], injected[0], rtol=0, atol=0)
+
+
+def test_output_layout():
+    rule = rules.parse("cactus:delta=0.3")
+    target, draft, ids, accept_u, sample_u = random_block(seed=6, batch=300, dtype=torch.float32)
+    tokens, accepted = sampler.verify(
+        target,
+        draft,
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        uniforms=(torch.tensor(accept_u), torch.tensor(sample_u)),
+    )
+    assert tokens.dtype == torch.int64 and tokens.shape == (300, 5)
+    for row, count in zip(tokens.tolist(), accepted.tolist(), strict=True):
+        assert 0 <= row[count] < 16
+        assert row[count + 1 :] == [-1] * (4 - count)
+    kept = torch.arange(4)[None, :] < accepted[:, None]
+    assert torch.equal(tokens[:, :4][kept], torch.tensor(ids, device=DEVICE)[kept])
+
+
+def test_zero_drafts_only_samples_the_bonus_row():
+    target = torch.tensor([[[0.2, 0.5, 0.3]]], dtype=torch.float64)
+    draft = torch.zeros(1, 0, 3, dtype=torch.float64)
+    ids = torch.zeros(1, 0, dtype=torch.int64)
+    for u, expected in ((0.1, 0), (0.3, 1), (0.69, 1), (0.71, 2)):
+        tokens, accepted = sampler.verify(
+            target, draft, ids, rules.parse("sps"), uniforms=(torch.zeros(1, 0), torch.tensor([u]))
+        )
+        assert tokens.tolist() == [[expected]] and accepted.tolist() == [0]
+
+
+# --- the scalar solvers against their numpy twins -------------------------------------------
+
+
+@pytest.mark.parametrize("divergence", ["kl", "reverse-kl", "js", "chi2", "hellinger", "tv"])
+@pytest.mark.parametrize("delta", [1e-4, 0.05, 0.7, 4.0])
+def test_torch_gamma_matches_numpy(divergence, delta):
+    rng = np.random.default_rng(8)
+    target_mass = np.concatenate(
+        [rng.random(2000), 10 ** rng.uniform(-12, 0, 2000), [0.0, 1.0, 1e-300, 0.5]]
+    )
+    cap = rng.random(target_mass.size)
+    for bound in (cap, None):  # the uncapped γ* is checked against the budget below
+        expected = gamma.exact_raised_mass(target_mass, delta, divergence, cap=bound)
+        got = torch_gamma.exact_raised_mass(
+            torch.tensor(target_mass),
+            delta,
+            divergence,
+            None if bound is None else torch.tensor(bound),
+        ).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-300)
+    # Root-based γ* is feasible as computed; the closed forms may round a hair over, but
+    # never further than the numpy reference's own closed form.
+    over = divergences.binary(divergence, got, target_mass) - delta
+    reference_over = divergences.binary(divergence, expected, target_mass) - delta
+    assert np.all(over <= np.maximum(reference_over, 0.0) + 1e-15)
+
+
+SEARCHES = ["dense-search", "bisection"]
+
+
+def use_search(monkeypatch, search):
+    """Force the segment search: every position at once, or log2(V) bisection rounds."""
+    limit = 1 << 40 if search == "dense-search" else 0
+    monkeypatch.setattr(torch_frontier, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("delta", [0.01, 0.3, 2.0])
+def test_torch_frontier_constants_match_numpy(delta, search, monkeypatch):
+    use_search(monkeypatch, search)
+    rng = np.random.default_rng(9)
+    target = rng.dirichlet(np.full(40, 0.3), size=300)
+    draft = rng.dirichlet(np.full(40, 0.3), size=300)
+    target[:, :3] = 0.0
+    target /= target.sum(-1, keepdims=True)
+    lift, cap = frontier_constants(target, draft, delta)
+    got_lift, got_cap = torch_frontier.frontier_constants(
+        torch.tensor(target), torch.tensor(draft), delta
+    )
+    np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-10)
+    np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-10)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_torch_frontier_constants_match_numpy_on_edge_rows(search, monkeypatch):
+    """Sparse, near-one-hot and peaked rows: the torch segment search (two searches over
+    the sorted breakpoints, dense or by bisection) finds the numpy solver's segment, and
+    the same root on it."""
+
+    @settings(max_examples=80)
+    @given(pairs(), positive_budgets)
+    def check(pair, delta):
+        target, draft = pair
+        lift, cap = frontier_constants(target[None], draft[None], delta)
+        got_lift, got_cap = torch_frontier.frontier_constants(
+            torch.tensor(target[None]), torch.tensor(draft[None]), delta
+        )
+        np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-12)
+        np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-9, atol=1e-15)
+
+    use_search(monkeypatch, search)
+    check()

@@ -1,0 +1,181 @@
+"""The layers of ``cactus_theory`` import only downwards: util <- core <- sampler <- decode
+<- vllm <- cli.
+
+Two checks. Static: every import statement in every file of a layer (module level and
+inside functions) names only the layers it may use. Dynamic: importing the numpy core,
+``proofs_check`` and running ``cactus check`` in a fresh interpreter never loads torch.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cactus_theory"
+
+#: What each layer may import, besides the standard library and numpy/scipy (the core's
+#: numerics). Third-party names are top-level modules; our own are dotted prefixes.
+ALLOWED = {
+    "util": {"cactus_theory.util"},
+    "core": {"cactus_theory.util", "cactus_theory.core", "numpy", "scipy"},
+    "sampler": {"cactus_theory.util", "cactus_theory.core", "cactus_theory.sampler", "torch"},
+    "decode": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "cactus_theory.sampler",
+        "cactus_theory.decode",
+        "torch",
+        "transformers",
+        "huggingface_hub",
+        "numpy",
+        "tqdm",
+    },
+    "vllm": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "cactus_theory.sampler",
+        "cactus_theory.decode",
+        "cactus_theory.vllm",
+        "torch",
+        "transformers",
+        "vllm",
+    },
+}
+#: The packages beside cactus_theory: proofs_check and paper_figs use the numpy core only
+#: (paper_figs reads results; ``cactus report`` runs sims and proofs_check through it).
+BESIDE = {
+    "proofs_check": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "proofs_check",
+        "numpy",
+        "scipy",
+        "tqdm",
+    },
+    "paper_figs": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "paper_figs",
+        "proofs_check",
+        "sims",
+        "numpy",
+        "tqdm",
+    },
+}
+#: Names the package root re-exports from the core (``from cactus_theory import law``).
+CORE_MODULES = {p.stem for p in (PACKAGE / "core").glob("*.py")} | {"rules"}
+#: Our packages outside cactus_theory, and the heavy libraries a layer below cli must
+#: never name.
+OURS = ("cactus_theory", "proofs_check", "sims", "paper_figs")
+WATCHED = ("torch", "transformers", "vllm", "huggingface_hub", "numpy", "scipy", "tqdm")
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` names (absolute, dotted)."""
+    names = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the file's package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def violations(layer: str) -> list[str]:
+    """Imports in ``cactus_theory/<layer>`` (or the package ``layer`` beside it) that its
+    allowed set does not cover, sorted."""
+    allowed = ALLOWED[layer] if layer in ALLOWED else BESIDE[layer]
+    folder = PACKAGE / layer if layer in ALLOWED else ROOT / layer
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for name in sorted(imported_names(path)):
+            top = name.split(".")[0]
+            parts = name.split(".")
+            if name.startswith("cactus_theory.") and parts[1] in CORE_MODULES:
+                name = "cactus_theory.core." + ".".join(parts[1:])  # a root re-export
+            if top in OURS:
+                ok = any(name == prefix or name.startswith(prefix + ".") for prefix in allowed)
+                # ``from cactus_theory import x`` names the root package (the core) itself.
+                ok = ok or (name == "cactus_theory" and "cactus_theory.core" in allowed)
+            elif top in WATCHED:
+                ok = top in allowed
+            else:
+                continue
+            if not ok:
+                found.append(f"{path.relative_to(ROOT)} imports {name}")
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED) + sorted(BESIDE))
+def test_layer_imports_only_what_is_below_it(layer):
+    if layer in ALLOWED and not (PACKAGE / layer).is_dir():
+        pytest.skip(f"no {layer} layer yet")
+    assert violations(layer) == []
+
+
+def test_the_package_root_re_exports_only_the_core():
+    names = {name for name in imported_names(PACKAGE / "__init__.py") if name.startswith("cactus_")}
+    assert names and all(name.startswith("cactus_theory.core") for name in names)
+
+
+def test_the_checker_catches_a_violation(tmp_path, monkeypatch):
+    """Negative control: a core file that imports torch is reported."""
+    fake_root = tmp_path
+    core = fake_root / "cactus_theory" / "core"
+    core.mkdir(parents=True)
+    (core / "bad.py").write_text(
+        "def f():\n    import torch\n    from cactus_theory.sampler import verify\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_root / "cactus_theory")
+    assert violations("core") == [
+        "cactus_theory/core/bad.py imports cactus_theory.sampler",
+        "cactus_theory/core/bad.py imports cactus_theory.sampler.verify",
+        "cactus_theory/core/bad.py imports torch",
+    ]
+
+
+NO_TORCH = """
+import sys
+{body}
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "transformers"))
+assert not loaded, loaded
+print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import cactus_theory\nfrom cactus_theory import block, divergences, gamma, law, rules\n"
+        "from cactus_theory.core import processors, roots, validate, verify",
+        "import proofs_check, proofs_check.claims, proofs_check.runner, proofs_check.cli\n"
+        "from proofs_check import checks_closed_form, checks_exact, checks_laws",
+        "from cactus_theory.cli import dispatch\n"
+        "code = dispatch.main(['check', '--quick', '--only', 'overshoot', '--json', {json!r}])\n"
+        "assert code == 0, code",
+    ],
+    ids=["numpy-core", "proofs_check", "cactus-check"],
+)
+def test_torch_is_never_imported(body, tmp_path):
+    script = NO_TORCH.format(body=body.format(json=str(tmp_path / "r.json")))
+    env_cache = {"CACTUS_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, **env_cache},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
