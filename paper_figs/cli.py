@@ -28,3 +28,10 @@ def run(args: argparse.Namespace) -> int:
     result = report.build(args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
     print(f"wrote {result.html} ({result.timings['total']:.1f} s)")
     return 0
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    return (
+        f"interrupted; finished sweep cells and claims checks are cached in {args.out}, "
+        "and a rerun into the same folder resumes"
+    )

@@ -104,8 +104,10 @@ def figure_tradeoff(results: Results, folder: Path) -> Figure:
     fig.tight_layout(rect=(0, 0.06, 1, 0.98))
     png, svg = _save(fig, folder, "fig1_tradeoff")
     caption = (
-        "Each point is one rule with one parameter, evaluated exactly (no sampling) on every "
-        "context of a source: y = mean acceptance of the drafted token; x = mean KL(μ‖q) "
+        "Read: the higher a rule sits for a given emitted KL, the more drafts it accepts per "
+        "nat it moves the output away from the verifier; no rule can rise above the black "
+        "curve. Each point is one rule with one parameter, evaluated exactly (no sampling) "
+        "on every context of a source: y = mean acceptance of the drafted token; x = mean KL(μ‖q) "
         "between the law μ of the token the rule actually emits and the verifier's q (log "
         "scale). SpS emits q (KL = 0): the dotted level. The black curve is the Pareto "
         "frontier of the source: the best mean acceptance for a mean emitted KL, so no rule "
@@ -399,7 +401,9 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig2_overshoot")
     caption = (
-        "Left: how far the emitted law can move from q, as a multiple of the budget. Solid: "
+        "Read: above the dotted line at 1 a rule's output (left) or a single branch (right) "
+        "leaves its δ-ball. Left: how far the emitted law can move from q, as a multiple of "
+        "the budget. Solid: "
         "the largest KL(emitted‖q) the claims check found over its instance families, divided "
         "by δ; dashed: the largest over the real-text contexts of this report. Above the "
         "dotted line at 1 the emitted law leaves the δ-ball even when every branch stays "
@@ -474,13 +478,14 @@ def figure_al_vs_delta(results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig3_al_vs_delta")
     caption = (
-        "Monte Carlo AL (mean accepted drafts per verification step, bonus token excluded, as "
-        "in the paper) against δ, with 95% confidence intervals, for k = 5, 10 and 20. The "
-        "dotted and dashed levels (with shaded intervals) are SpS and TAS at the same k. Read "
-        "how much longer the accepted prefix gets as δ grows. When per-position acceptance α "
-        "is well below 1, AL saturates near α/(1−α) and hardly grows with k: the extra drafts "
-        "of a larger k are mostly thrown away. Differences smaller than the intervals are "
-        "noise (--quick decodes far fewer tokens per cell than the full run)."
+        "Read: how much longer the accepted prefix gets as δ grows, against SpS (dotted) and "
+        "TAS (dashed) at the same k. Monte Carlo AL (mean accepted drafts per verification "
+        "step, bonus token excluded, as in the paper) against δ, with 95% confidence "
+        "intervals, for k = 5, 10 and 20; shaded bands are the intervals of the levels. "
+        "When per-position acceptance α is well below 1, AL saturates near α/(1−α) and "
+        "hardly grows with k: the extra drafts of a larger k are mostly thrown away. "
+        "Differences smaller than the intervals are noise (--quick decodes far fewer "
+        "tokens per cell than the full run)."
     )
     return Figure("fig3_al_vs_delta", "AL vs δ", caption, png, svg, series)
 
@@ -528,12 +533,13 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig4_speedup")
     caption = (
+        "Read: which k to deploy and what a higher acceptance is worth at your draft's cost. "
         "Predicted wall-time speed-up (1 − α^{k+1}) / ((1 − α)(k c + 1)) of Leviathan et al. "
         "against k, for several draft-to-verifier cost ratios c, at each rule's per-position "
         "acceptance α measured in the k = 10 real-text simulation. Dots mark the best k. "
-        "Read which k to deploy and how much a higher acceptance is worth: the gain from a "
-        "relaxed rule shrinks as c grows, and with a cheap draft the best k stays small "
-        "when α is small. The formula assumes i.i.d. positions; real text is only close to it."
+        "The gain from a relaxed rule shrinks as c grows, and with a cheap draft the best k "
+        "stays small when α is small. The formula assumes i.i.d. positions; real text is "
+        "only close to it."
     )
     return Figure("fig4_speedup", "Predicted speed-up", caption, png, svg, series)
 
@@ -602,6 +608,8 @@ def figure_gamma(results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig5_gamma")
     caption = (
+        "Read: where the dashed curve lies above the solid one the paper's closed form "
+        "overshoots its KL budget, where below it gives acceptance away. "
         "Left: how much mass a Cactus branch gives the drafted token. Dashed: the paper's closed "
         "form q_n + √(2δ q_n(1−q_n)); solid: the exact largest γ with binary KL ≤ δ. The closed "
         "form lies below the exact root for small q_n (it gives away acceptance there) and "
@@ -680,7 +688,9 @@ def figure_example(results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig6_example")
     caption = (
-        "One real held-out context. Top: the verifier's q and the draft's p after the paper's "
+        "Read: how each rule reshapes the verifier's q for one drafted token, and what that "
+        "does to its acceptance (titles). One real held-out context. Top: the verifier's q "
+        "and the draft's p after the paper's "
         "sampling processors (T = 0.6, top-k 20, top-p 0.95). Below, for the draft's most "
         "likely token n (red), the distribution h each rule verifies against, over q "
         "(outline), at the budget δ = 0.25 (at δ = 1 every rule accepts every token q "
@@ -745,15 +755,15 @@ def figure_sequence_kl(results: Results, folder: Path) -> Figure:
     fig.tight_layout()
     png, svg = _save(fig, folder, "fig7_sequence_kl")
     caption = (
+        "Read: the slope is the nats of drift per generated token each rule pays for its "
+        "acceptance; the lowest line buys it most cheaply. "
         "The chain-rule divergence of generated text from the verifier, D_t = E[Σ_{s≤t} "
         "KL(μ_s‖q_s)], along each rule's own trajectories (bands: ±2 standard errors over "
         "sequences; k = 10). It equals the KL between the rule's and the verifier's laws of "
         "(text, block phase) and bounds the KL of the text alone. The relaxed rules are tuned "
         "so that their exact mean acceptance over held-out contexts equals cactus(δ=1)'s; on "
         "the contexts the decoder visits the measured acceptance α̂ differs a little, so "
-        "compare lines together with α̂. SpS and TAS are shown at their own acceptance. "
-        "Read the slope as nats of drift per generated token paid for that acceptance; the "
-        "lowest line buys it most cheaply."
+        "compare lines together with α̂. SpS and TAS are shown at their own acceptance."
     )
     return Figure("fig7_sequence_kl", "Sequence-level divergence", caption, png, svg, series)
 

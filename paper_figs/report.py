@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import html
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cactus_theory.util.files import atomic_write_json, atomic_write_text
+from cactus_theory.util.process import child_environment, exclusive_lock, signals_raise_exit
 from paper_figs import figures
 from paper_figs.data import Results
 
@@ -43,6 +44,8 @@ SUMMARY_RULES = (
     ("frontier:delta=1.0", "frontier δ = 1.0"),
 )
 SUMMARY_KS = (10, 20)
+#: Files the claims check writes beside the report, and the run record.
+CLAIMS_FILES = ("claims.json", "claims.md", "run.json")
 Z95 = 1.959963984540054
 
 
@@ -65,8 +68,8 @@ def run_claims(out: Path, *, quick: bool, seed: int, progress: bool) -> dict:
     result = proofs_check.run(
         quick=quick, seed=seed, progress=progress, cache_dir=str(out / "claims-cache")
     )
-    (out / "claims.json").write_text(json.dumps(result, indent=1, default=str))
-    (out / "claims.md").write_text(proofs_check.to_markdown(result))
+    atomic_write_json(out / "claims.json", result)
+    atomic_write_text(out / "claims.md", proofs_check.to_markdown(result))
     return result
 
 
@@ -103,14 +106,21 @@ class PendingClaims:
 
 
 def start_claims(
-    out: Path, *, quick: bool, seed: int, only: tuple[str, ...] | None = None
+    out: Path,
+    *,
+    quick: bool,
+    seed: int,
+    only: tuple[str, ...] | None = None,
+    lock: int | None = None,
 ) -> PendingClaims:
     """Start ``python -m proofs_check`` in a child process, so it runs beside the sweep.
 
     A fresh interpreter (not multiprocessing), so nothing of the caller's ``__main__`` is
     re-run; it imports proofs_check from where this process found it. It writes
     ``out/claims.json``, ``out/claims.md`` and its output to ``out/claims.log``, and
-    caches each finished check under ``out/claims-cache``.
+    caches each finished check under ``out/claims-cache``. The child exits when this
+    process dies, however it dies (``util.process.exit_with_parent``), and inherits the
+    output folder's ``lock`` descriptor, so no rerun starts while it still writes.
     """
     import proofs_check
 
@@ -122,7 +132,7 @@ def start_claims(
         command.append("--quick")
     if only:
         command += ["--only", *only]
-    environment = dict(os.environ)
+    environment = child_environment()
     source = str(Path(proofs_check.__file__).resolve().parents[1])
     environment["PYTHONPATH"] = os.pathsep.join(
         part for part in (source, environment.get("PYTHONPATH", "")) if part
@@ -130,7 +140,11 @@ def start_claims(
     log = out / "claims.log"
     with open(log, "w", encoding="utf-8") as stream:
         process = subprocess.Popen(
-            command, stdout=stream, stderr=subprocess.STDOUT, env=environment
+            command,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            pass_fds=() if lock is None else (lock,),
         )
     return PendingClaims(process, log, out / "claims.json", time.time())
 
@@ -175,7 +189,12 @@ def build(
     config=None,
     claims_runner: Callable[..., dict] | None = None,
 ) -> Report:
-    """Run everything and write ``out/report.html`` (see the module docstring)."""
+    """Run everything and write ``out/report.html`` (see the module docstring).
+
+    The output folder is locked for the whole run (a second run into it is a ValueError),
+    and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
+    sweep cells and checks stay cached, and a rerun resumes from them.
+    """
     from sims import sweep
 
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -183,9 +202,18 @@ def build(
     folder = sweep.prepare_output(out)
     preset = config or (sweep.QUICK if quick else sweep.FULL)
     preset = preset.with_seed(seed)
+    with exclusive_lock(folder) as lock, signals_raise_exit():
+        return _build(folder, preset, quick, seed, progress, claims_runner, lock)
+
+
+def _build(folder, preset, quick, seed, progress, claims_runner, lock) -> Report:
+    from sims import sweep
+
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    pending = None if claims_runner else start_claims(folder, quick=quick, seed=seed)
+    pending = None
+    if claims_runner is None:
+        pending = start_claims(folder, quick=quick, seed=seed, lock=lock)
     try:
         result = sweep.run(preset, folder, progress=progress)
     except BaseException:
@@ -219,20 +247,15 @@ def build(
         cells=(len(result.cells), result.computed),
         quick=quick,
     )
-    path = folder / "report.html"
-    path.write_text(page, encoding="utf-8")
-    (folder / "run.json").write_text(
-        json.dumps(
-            {
-                "mode": preset.label,
-                "seed": seed,
-                "timings_s": timings,
-                "cells": len(result.cells),
-                "computed": result.computed,
-            },
-            indent=1,
-        )
-    )
+    path = atomic_write_text(folder / "report.html", page)
+    run_record = {
+        "mode": preset.label,
+        "seed": seed,
+        "timings_s": timings,
+        "cells": len(result.cells),
+        "computed": result.computed,
+    }
+    atomic_write_json(folder / "run.json", run_record)
     return Report(path, drawn, claims, timings, summary)
 
 
@@ -323,31 +346,57 @@ def summary_table(rows: list[dict]) -> str:
 
 
 def claims_table(claims: dict) -> str:
+    """One readable row per claim: id, statement, owner, verdict, instances and the decisive
+    figure with its name; the full worst case and any counterexample in an expandable
+    ``<details>`` (everything is also in claims.json)."""
+    from proofs_check import report as claims_report
+
     rows = []
     for claim in claims.get("claims", []):
         verdict = str(claim.get("verdict", ""))
         css = "holds" if verdict == "holds" else "fails"
-        counter = claim.get("counterexample")
+        details = "".join(
+            f"<li>{html.escape(key)}: {html.escape(value)}</li>"
+            for key, value in claims_report.entries(claim.get("worst_case"))
+        )
+        counter = claims_report.entries(claim.get("counterexample"))
+        if counter:
+            details += "<li>counterexample:<ul>" + "".join(
+                f"<li>{html.escape(key)}: {html.escape(value)}</li>" for key, value in counter
+            )
+            details += "</ul></li>"
+        more = f"<details><summary>details</summary><ul>{details}</ul></details>" if details else ""
+        claim_id = html.escape(str(claim.get("id", "")))
         rows.append(
-            "<tr>"
-            f"<td>{html.escape(str(claim.get('id', '')))}</td>"
+            f"<tr id='claim-{claim_id}'><td><code>{claim_id}</code></td>"
             f"<td>{html.escape(str(claim.get('statement', '')))}</td>"
             f"<td>{html.escape(str(claim.get('owner', '')))}</td>"
             f"<td class='{css}'>{html.escape(verdict)}</td>"
             f"<td>{html.escape(str(claim.get('instances', '')))}</td>"
-            f"<td>{html.escape(_short(claim.get('worst_case')))}</td>"
-            f"<td>{html.escape(_short(counter) if counter else '')}</td>"
+            f"<td class='figure'>{html.escape(claims_report.decisive(claim))}{more}</td>"
             "</tr>"
         )
     return (
-        "<table><tr><th>id</th><th>claim</th><th>owner</th><th>verdict</th><th>instances</th>"
-        f"<th>worst case</th><th>counterexample</th></tr>{''.join(rows)}</table>"
+        "<table class='claims'><tr><th>id</th><th>claim</th><th>owner</th><th>verdict</th>"
+        f"<th>instances</th><th>decisive figure</th></tr>{''.join(rows)}</table>"
     )
 
 
-def _short(value: object, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def claims_summary(claims: dict) -> str:
+    """One sentence: how many claims hold, which paper claims fail, whether ours hold."""
+    items = claims.get("claims", [])
+    held = sum(item.get("verdict") == "holds" for item in items)
+    failing = [item for item in items if item.get("verdict") != "holds"]
+    paper = [str(item.get("id")) for item in failing if item.get("owner") == "paper"]
+    ours = [str(item.get("id")) for item in failing if item.get("owner") == "ours"]
+    text = f"{held} of {len(items)} claims hold."
+    if paper:
+        text += " Paper claims that fail (findings): " + ", ".join(paper) + "."
+    if ours:
+        text += " Our own guarantees that FAIL: " + ", ".join(ours) + "."
+    else:
+        text += " All of our own guarantees hold."
+    return text
 
 
 def validation_table(results: Results) -> str:
@@ -385,11 +434,15 @@ body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; 
        line-height: 1.45; padding: 0 1em; }
 table { border-collapse: collapse; margin: 0.8em 0 1.4em; font-size: 0.88em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.55em; text-align: right; vertical-align: top; }
-th { background: #f2f2f2; } td:first-child, td:nth-child(2) { text-align: left; }
+th { background: #f2f2f2; } td:first-child { text-align: left; white-space: nowrap; }
+table.claims td:nth-child(2), table.claims td.figure { text-align: left; }
+table.claims td:nth-child(2) { min-width: 22em; }
 td.holds { color: #1a7f37; font-weight: 600; } td.fails { color: #b91c1c; font-weight: 600; }
+details summary { cursor: pointer; color: #555; font-size: 0.9em; }
+details ul { margin: 0.3em 0; padding-left: 1.2em; }
 figure { margin: 1.6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.92em; color: #333; margin-top: 0.4em; }
-code { background: #f5f5f5; padding: 0 0.2em; }
+nav ol { columns: 2; } code { background: #f5f5f5; padding: 0 0.2em; }
 """
 
 
@@ -397,6 +450,36 @@ def _parallel_note(timings: dict[str, float]) -> str:
     if "claims_wait" not in timings:
         return ""
     return f" in a parallel process, {timings['claims_wait']:.1f} s of it after the sweeps"
+
+
+def _figure_number(figure: figures.Figure) -> int:
+    return int(figure.name[3])  # fig<N>_...: the numbering is kept when a figure is missing
+
+
+def contents(drawn: list[figures.Figure], sections: list[tuple[str, str]]) -> str:
+    """The table of contents: the sections, with the figures listed under theirs."""
+    items = []
+    for anchor, title in sections:
+        entry = f"<li><a href='#{anchor}'>{html.escape(title)}</a>"
+        if anchor == "figures" and drawn:
+            entry += "<ol>" + "".join(
+                f"<li value='{_figure_number(figure)}'><a href='#{figure.name}'>"
+                f"{html.escape(figure.title)}</a></li>"
+                for figure in drawn
+            )
+            entry += "</ol>"
+        items.append(entry + "</li>")
+    return f"<nav><b>Contents</b><ol>{''.join(items)}</ol></nav>"
+
+
+def figure_html(figure: figures.Figure) -> str:
+    """One figure with its caption; links are relative to the report's folder."""
+    return (
+        f"<figure id='{figure.name}'><img src='figures/{figure.png.name}' "
+        f"alt='{html.escape(figure.title)}'><figcaption><b>Figure {_figure_number(figure)}. "
+        f"{html.escape(figure.title)}.</b> {html.escape(figure.caption)} "
+        f"(<a href='figures/{figure.svg.name}'>SVG</a>)</figcaption></figure>"
+    )
 
 
 def render(
@@ -410,7 +493,12 @@ def render(
     cells: tuple[int, int],
     quick: bool,
 ) -> str:
-    """The report page (self-contained HTML; images are files next to it)."""
+    """The report page: self-contained HTML whose every link (figures, SVGs, CSVs) is a
+    relative path inside the output folder, so the folder alone renders it, offline.
+
+    Order: run facts, contents, summary, figures, the i.i.d. simulation check, the claims
+    table (long), the data files.
+    """
     from sims.sweep import OUTPUT_FILES
 
     text_label = ""
@@ -418,6 +506,13 @@ def render(
         from sims.realtext import TextSettings
 
         text_label = TextSettings(sampling=preset.text[0].sampling).label
+    sections = [
+        ("summary", "Summary"),
+        ("figures", "Figures"),
+        ("simulation", "Simulation check on i.i.d. sources"),
+        ("claims", "Claims"),
+        ("data", "Data"),
+    ]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>cactus report</title>",
         f"<style>{STYLE}</style></head><body>",
@@ -430,7 +525,10 @@ def render(
         f"<p>Real-text source: {html.escape(text_label)}; decoding {preset.text_sequences} "
         f"sequences × {preset.text_length} tokens per cell from held-out prompts (matched "
         f"runs: {preset.matched_sequences} × {preset.matched_length}).</p>",
-        "<h2>Summary (real text, autoregressive Monte Carlo)</h2>",
+        f"<p><b>Claims:</b> {html.escape(claims_summary(claims))} "
+        "(<a href='#claims'>table</a>)</p>",
+        contents(drawn, sections),
+        "<h2 id='summary'>Summary (real text, autoregressive Monte Carlo)</h2>",
         summary_table(summary),
         "<p>AL: accepted drafts per verification step, bonus token excluded, with a 95% "
         "confidence interval (steps treated as independent). Rej%: change in rejected drafts "
@@ -438,28 +536,21 @@ def render(
         "KL/token: the exact KL(emitted law ‖ q) averaged over every generated token (bonus "
         "tokens add 0), i.e. the slope of figure 7. Columns come from "
         "<code>decoding.csv</code>.</p>",
-        "<h2>Claims</h2>",
-    ]
-    parts.append(claims_table(claims))
-    parts.append("<p>Full result: <code>claims.json</code>.</p>")
-    parts.append("<h2>Figures</h2>")
-    for figure in drawn:
-        number = int(figure.name[3])  # fig<N>_...: the issue's numbering, kept when one is missing
-        parts.append(
-            f"<figure id='{figure.name}'><img src='figures/{figure.png.name}' "
-            f"alt='{html.escape(figure.title)}'><figcaption><b>Figure {number}. "
-            f"{html.escape(figure.title)}.</b> {html.escape(figure.caption)} "
-            f"(<a href='figures/{figure.svg.name}'>SVG</a>)</figcaption></figure>"
-        )
-    parts += [
-        "<h2>Simulation check on i.i.d. sources</h2>",
+        "<h2 id='figures'>Figures</h2>",
+        *(figure_html(figure) for figure in drawn),
+        "<h2 id='simulation'>Simulation check on i.i.d. sources</h2>",
         "<p>On a synthetic pool every position draws its (q, p) independently, so the expected "
         "accepted length is exactly Σ_j α^j over j = 1..k with α the pool's mean exact "
-        "acceptance (<code>cactus_theory.block</code>). z = (MC − predicted) / standard "
+        "acceptance (<code>cactus_theory.core.block</code>). z = (MC − predicted) / standard "
         "error; about 1 cell in 100 exceeds 2.58 by chance.</p>",
         validation_table(results),
-        "<h2>Data</h2><p>",
-        ", ".join(f"<a href='{name}'>{name}</a>" for name in OUTPUT_FILES),
+        "<h2 id='claims'>Claims</h2>",
+        f"<p>{html.escape(claims_summary(claims))} Each row gives the figure its verdict "
+        "rests on; open <i>details</i> for every measured quantity and any counterexample. "
+        "The full result is in <a href='claims.json'>claims.json</a>.</p>",
+        claims_table(claims),
+        "<h2 id='data'>Data</h2><p>",
+        ", ".join(f"<a href='{name}'>{name}</a>" for name in (*OUTPUT_FILES, *CLAIMS_FILES)),
         ". Column meanings are in the README (Simulations and the report).</p>",
         "</body></html>",
     ]

@@ -18,11 +18,11 @@ difference| on the pairs cvxpy solved (against cvxpy's own optimal values).
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
 from cactus_theory import law, rules
+from cactus_theory.util.files import atomic_write_json, check_writable
 from cactus_theory.util.timing import best_seconds, timed
 from proofs_check import formulations, instances
 
@@ -85,6 +85,8 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_writable("json", args.json)
     for name in ("instances", "cvxpy_instances", "cold_instances", "vocab", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
@@ -134,6 +136,5 @@ def run(args: argparse.Namespace) -> int:
         f"(target >= 1e4); largest |Δacceptance| {worst:.2e} (target <= 1e-6)"
     )
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as stream:
-            json.dump(rows, stream, indent=2)
+        atomic_write_json(args.json, rows, indent=2)
     return 0

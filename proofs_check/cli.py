@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 README_INTRO = """Every claim below is checked by `cactus check` (module `proofs_check/`):
 cvxpy solves the constrained problems exactly on small vocabularies (Clarabel for
@@ -49,6 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cactus_theory.util.files import atomic_write_text, check_writable
     from proofs_check import claims, report, runner
 
     if args.list:
@@ -57,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.seed < 0:
         raise ValueError(f"seed: must be >= 0, got {args.seed}")
+    # Output paths are checked before the work, so a bad one costs nothing.
+    for name in ("json", "markdown"):
+        if getattr(args, name):
+            check_writable(name, getattr(args, name))
+    if args.update_readme and not Path(args.update_readme).is_file():
+        raise ValueError(f"update_readme: {args.update_readme!r} is not a file")
     if args.from_json:
         result = report.read_json(args.from_json)
     else:
@@ -71,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         report.write_json(result, args.json)
     if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as stream:
-            stream.write(report.to_markdown(result, heading="##"))
+        atomic_write_text(args.markdown, report.to_markdown(result, heading="##"))
     if args.update_readme:
         flags = "--quick " if result.get("mode") == "quick" else ""
         intro = README_INTRO.format(flags=flags)
@@ -82,7 +89,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result["guarantees_hold"] else 1
 
 
+def interrupted_message(args: argparse.Namespace) -> str:
+    """What an interrupted run kept: true to the caching mode (``--quick`` caches nothing
+    unless ``--cache-dir`` is given)."""
+    if args.cache_dir is None and args.quick:
+        return "interrupted; nothing was cached (--quick without --cache-dir)"
+    return "interrupted; finished checks are cached and a rerun resumes"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m proofs_check``: exit 0 if our guarantees hold, 1 if one fails, 2 for a
+    usage error (argparse's own errors exit 2 too), 130 when interrupted."""
     parser = argparse.ArgumentParser(
         prog="python -m proofs_check", description="Exact verdict for every claim."
     )
@@ -94,5 +111,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"proofs_check: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; finished checks are cached and a rerun resumes", file=sys.stderr)
+        print(interrupted_message(args), file=sys.stderr)
         return 130

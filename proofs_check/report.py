@@ -65,6 +65,45 @@ def short(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def entries(value: Any) -> list[tuple[str, str]]:
+    """A worst case or counterexample as readable (name, value) pairs (4 significant digits;
+    lists of numbers shortened to their first 8 and a count)."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [("worst case", number(value))]
+    pairs = []
+    for key, item in value.items():
+        if isinstance(item, list):
+            shown = [
+                number(x) if not isinstance(x, list) else "(" + ", ".join(map(number, x)) + ")"
+                for x in item[:8]
+            ]
+            more = f", … ({len(item)} in all)" if len(item) > 8 else ""
+            pairs.append((str(key), "[" + ", ".join(shown) + more + "]"))
+        elif isinstance(item, dict):
+            pairs.append((str(key), short(item)))
+        else:
+            pairs.append((str(key), number(item)))
+    return pairs
+
+
+def decisive(item: dict) -> str:
+    """The one line a reader needs per claim: the decisive figure with its name.
+
+    A claim that holds is decided by its first measured quantity (each check lists the
+    quantity its verdict rests on first); a claim that fails by its whole worst case (the
+    instance that breaks it, a few values).
+    """
+    pairs = entries(item.get("worst_case"))
+    if not pairs:
+        return "—"
+    if item.get("verdict") != "holds":
+        return "; ".join(f"{key} = {value}" for key, value in pairs[:4])
+    key, value = pairs[0]
+    return f"{key} = {value}"
+
+
 def table_text(result: dict, width: int = 150) -> str:
     """The claims table for a terminal: one block per claim, wrapped to ``width``."""
     lines = []

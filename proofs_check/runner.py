@@ -6,8 +6,9 @@
      "fingerprint": str, "guarantees_hold": bool}
 
 Each finished check is written to ``<cache>/proofs_check/<fingerprint>-<mode>-seed<N>/
-<check>.json`` with an atomic rename, so an interrupted run resumes where it stopped. The
-fingerprint hashes the source of proofs_check and cactus_theory: editing either starts a
+<check>.json`` with an atomic rename, so an interrupted run resumes where it stopped; a
+damaged or wrong-shaped file there is ignored and rewritten (``load_cached``). The
+fingerprint hashes the source of proofs_check and the numpy core: editing either starts a
 fresh cache. Without ``cache_dir`` the full run caches under ``$CACTUS_CACHE`` (or
 ``~/.cache/cactus-theory``) and the quick run does not cache at all.
 """
@@ -23,7 +24,8 @@ from cactus_theory.util import provenance
 from cactus_theory.util.files import atomic_write_text
 from proofs_check import claims
 
-_PACKAGES = ("proofs_check", "cactus_theory")
+#: The code a claims result depends on (the numpy core it checks, not the torch layers).
+_PACKAGES = ("proofs_check", "cactus_theory/core", "cactus_theory/util")
 
 
 def default_cache_root() -> Path:
@@ -95,12 +97,12 @@ def run(
         for name, check in bar:
             bar.set_postfix_str(name)
             path = None if folder is None else folder / f"{name}.json"
-            if path is not None and path.exists():
-                result = json.loads(path.read_text(encoding="utf-8"))
-            else:
+            result = None if path is None else load_cached(path, name)
+            if result is None:
                 result = jsonable(check(context))
                 if path is not None:
-                    atomic_write_text(path, json.dumps(result, ensure_ascii=False))
+                    record = {"check": name, "result": result}
+                    atomic_write_text(path, json.dumps(record, ensure_ascii=False))
             rows.extend(result["rows"])
             curves.update(result.get("curves", {}))
     return {
@@ -111,6 +113,32 @@ def run(
         "fingerprint": fingerprint,
         "guarantees_hold": guarantees_hold(rows),
     }
+
+
+#: The keys every claims-table row has (``claims.row``).
+ROW_KEYS = ("id", "statement", "owner", "verdict", "instances", "worst_case", "counterexample")
+
+
+def load_cached(path: Path, name: str) -> dict | None:
+    """The cached result of check ``name``, or None when the file is missing or damaged
+    (empty, truncated, not JSON, another check's, or rows without the table's keys): the
+    check is then run again and the file replaced."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("check") != name:
+        return None
+    result = record.get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("rows"), list):
+        return None
+    if not all(isinstance(item, dict) and set(ROW_KEYS) <= set(item) for item in result["rows"]):
+        return None
+    if not isinstance(result.get("curves", {}), dict):
+        return None
+    return result
 
 
 def guarantees_hold(rows: list[dict]) -> bool:

@@ -60,7 +60,7 @@ OUTPUT_FILES = (
     "calibration.json",
 )
 #: The code a cell's value depends on: editing a rule or a simulation starts fresh cells.
-CODE = provenance.source_fingerprint("cactus_theory", "sims")
+CODE = provenance.source_fingerprint("cactus_theory/core", "cactus_theory/util", "sims")
 
 #: Rules swept at every budget (δ), and the parameter-free or fixed ones.
 BUDGET_RULES = ("cactus", "cactus-exact", "frontier")
@@ -441,7 +441,12 @@ def _encode(value: dict) -> bytes:
 
 
 class CellStore:
-    """``OUT/cells/<kind>/<key>.json``, written atomically."""
+    """``OUT/cells/<kind>/<key>.json``, written atomically.
+
+    Each file is a record ``{"kind": ..., "key": ..., "value": {...}}``. Anything else found
+    under a cell's name (empty, truncated, not JSON, JSON of another shape or another
+    cell's record) is treated as missing, so the cell is recomputed and the file replaced.
+    """
 
     def __init__(self, out_dir: Path) -> None:
         self.root = Path(out_dir) / "cells"
@@ -454,16 +459,22 @@ class CellStore:
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_bytes())
-        except (OSError, json.JSONDecodeError):
+            record = json.loads(path.read_bytes())
+        except (OSError, ValueError):
             return None  # a damaged file is recomputed
+        if (
+            not isinstance(record, dict)
+            or record.get("kind") != cell.kind
+            or record.get("key") != key
+            or not isinstance(record.get("value"), dict)
+        ):
+            return None  # a file of the wrong shape is recomputed
+        return record["value"]
 
     def save(self, cell: Cell, key: str, value: dict) -> dict:
-        path = self.path(cell, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _encode(value)
-        atomic_write_bytes(path, data)
-        return json.loads(data)
+        data = _encode({"kind": cell.kind, "key": key, "value": value})
+        atomic_write_bytes(self.path(cell, key), data)
+        return json.loads(data)["value"]
 
 
 def prepare_output(out_dir: object) -> Path:

@@ -371,3 +371,10 @@ def run(args: argparse.Namespace) -> int:
     ratio = perplexity["draft"] / perplexity["verifier"]
     print(f"  draft/verifier perplexity ratio: {ratio:.2f}")
     return 0
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    return (
+        f"interrupted; training is checkpointed every {PairSettings().checkpoint_every} steps "
+        "and a rerun resumes from the last checkpoint"
+    )

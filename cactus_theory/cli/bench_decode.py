@@ -20,12 +20,11 @@ fastest round (``measure``), so ratios survive a noisy shared machine.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 from cactus_theory.cli.decode import add_model_arguments, generate_all, setup_from_args, warm_up
 from cactus_theory.core import rules
+from cactus_theory.util.files import atomic_write_json, check_writable
 
 DEFAULT_RULES = (
     "sps",
@@ -78,6 +77,8 @@ def measure(setup, args, configs: list[tuple], repeats: int) -> list[tuple]:
 
 
 def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -> int:
+    if args.json:
+        check_writable("json", args.json)
     chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
     if any(k < 1 for k in args.k):
         raise ValueError(f"k: every draft length must be >= 1, got {args.k}")
@@ -146,5 +147,5 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
             "NLL are from the first round; nondeterministic kernels?)"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+        atomic_write_json(args.json, {"rows": rows}, indent=2)
     return 0

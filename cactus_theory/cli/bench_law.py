@@ -10,11 +10,11 @@ best of ``--repeats`` runs (this machine is shared and noisy).
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
 from cactus_theory.core import law, rules
+from cactus_theory.util.files import atomic_write_json, check_writable
 from cactus_theory.util.timing import best_seconds
 
 DEFAULT_RULES = (
@@ -84,6 +84,8 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_writable("json", args.json)
     if args.batch < 1 or args.reference_batch < 1 or args.repeats < 1:
         raise ValueError("batch: --batch, --reference-batch and --repeats must be >= 1")
     if any(v < 2 for v in args.vocab):
@@ -109,6 +111,5 @@ def run(args: argparse.Namespace) -> int:
         f"{slowest['instances_per_s']:,.0f} instances/s (target >= 10,000)"
     )
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"rows": rows}, handle, indent=2)
+        atomic_write_json(args.json, {"rows": rows}, indent=2)
     return 0

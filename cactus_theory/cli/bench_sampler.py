@@ -20,12 +20,11 @@ reading memory at copy speed).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from functools import partial
-from pathlib import Path
 
 from cactus_theory.core import rules
+from cactus_theory.util.files import atomic_write_json, check_writable
 from cactus_theory.util.timing import best_seconds
 
 DEFAULT_RULES = ("sps", "cactus:delta=1.0", "cactus-exact:delta=0.5", "frontier:delta=1.0")
@@ -99,6 +98,8 @@ def needed_bytes(rule: rules.Rule, batch: int, steps: int, vocab: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_writable("json", args.json)
     import torch
 
     from cactus_theory import sampler
@@ -169,7 +170,5 @@ def run(args: argparse.Namespace) -> int:
         "over [B, k, V]; floor = bytes the rule must read / copy bandwidth"
     )
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"bandwidth_bytes_per_s": bandwidth, "rows": rows}, indent=2)
-        )
+        atomic_write_json(args.json, {"bandwidth_bytes_per_s": bandwidth, "rows": rows}, indent=2)
     return 0

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cactus_theory.core import rules
 from cactus_theory.core.processors import PAPER_SETTING
+from cactus_theory.util.files import atomic_write_json, check_writable
 
 DTYPES = ("float32", "bfloat16", "float16")
 BUILTIN_PROMPTS = (
@@ -410,6 +411,8 @@ def histogram_lines(accepted: list[int], k: int, width: int = 40) -> list[str]:
 
 
 def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -> int:
+    if args.json:
+        check_writable("json", args.json)
     from cactus_theory.core import validate
 
     rule = rule_from_args(args)
@@ -463,5 +466,5 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
     print("accepted drafts per verify step:")
     print("\n".join(histogram_lines(speculative.accepted, k)))
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        atomic_write_json(args.json, summary, indent=2)
     return 0

@@ -107,19 +107,25 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. Exit status: the command's own (0 on success; ``cactus check``
+    returns 1 when one of our guarantees fails), 2 for a usage error (a ValueError naming
+    the argument, one line, no traceback; argparse's errors exit 2 too), 130 on Ctrl-C
+    with the command's own word on what was kept (``interrupted_message``)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(arguments).parse_args(arguments)
     command: Command = args._command
+    name = " ".join(word for word in (args.command, getattr(args, "member", None)) if word)
     module = importlib.import_module(command.module)
     try:
         if command.needs_pair:
             return int(module.run(args, default_pair=default_pair) or 0)
         return int(module.run(args) or 0)
     except ValueError as error:
-        print(f"cactus {' '.join(arguments[:2])}: error: {error}", file=sys.stderr)
+        print(f"cactus {name}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; finished pieces are cached and a rerun resumes", file=sys.stderr)
+        message = getattr(module, "interrupted_message", lambda _: "interrupted")(args)
+        print(f"cactus {name}: {message}", file=sys.stderr)
         return 130
 
 

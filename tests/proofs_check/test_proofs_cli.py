@@ -1,8 +1,10 @@
 """`cactus check` / `python -m proofs_check`, the cache, the benchmark, negative controls."""
 
+import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +88,32 @@ def test_dispatcher_routes_check_and_bench(capsys):
         (["bench", "solvers", "--instances", "5", "--cvxpy-instances", "9"], "cvxpy-instances"),
         (["bench", "solvers", "--delta", "0"], "delta"),
         (["check", "--from-json", "/nonexistent/result.json"], "from-json"),
+        (["check", "--json", "/proc/version/r.json"], "json"),
+        (["check", "--markdown", "/proc/version/r.md"], "markdown"),
+        (["check", "--json", "/"], "json"),
+        (["check", "--update-readme", "/nonexistent/README.md"], "update_readme"),
+        (["bench", "solvers", "--json", "/proc/version/r.json"], "json"),
+        (["bench", "law", "--json", "/proc/version/r.json"], "json"),
     ],
 )
 def test_bad_arguments_are_clean_errors_naming_the_argument(argv, name, capsys):
+    """Exit status 2 (never 1, which means a guarantee failed), one line naming the
+    argument, and at once: output paths are checked before any check runs."""
+    started = time.perf_counter()
     assert cactus_cli.main(argv) == 2
     assert f"error: {name}" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5
+
+
+def test_the_interrupt_message_is_true_to_the_caching_mode():
+    from proofs_check import cli as proofs_cli
+
+    quick = argparse.Namespace(quick=True, cache_dir=None)
+    cached = argparse.Namespace(quick=True, cache_dir="somewhere")
+    full = argparse.Namespace(quick=False, cache_dir=None)
+    assert "nothing was cached" in proofs_cli.interrupted_message(quick)
+    assert "rerun resumes" in proofs_cli.interrupted_message(cached)
+    assert "rerun resumes" in proofs_cli.interrupted_message(full)
 
 
 def test_a_saved_result_renders_without_rerunning(tmp_path, capsys):
