@@ -551,7 +551,7 @@ def render(
         claims_table(claims),
         "<h2 id='data'>Data</h2><p>",
         ", ".join(f"<a href='{name}'>{name}</a>" for name in (*OUTPUT_FILES, *CLAIMS_FILES)),
-        ". Column meanings are in the README (Simulations and the report).</p>",
+        ". Column meanings are in the project's docs/simulations.md (CSV columns).</p>",
         "</body></html>",
     ]
     return "\n".join(parts)

@@ -1,9 +1,10 @@
 """``cactus check``: an exact verdict for every claim (also ``python -m proofs_check``).
 
 Prints the claims table (id, statement, verdict, instances, worst case, counterexample),
-optionally writes JSON and markdown, and can regenerate the README's "What we verified"
-section. The exit code is 1 only when one of our own guarantees (owner "ours") fails; a
-paper claim that fails is a finding, reported in the table.
+optionally writes JSON and markdown, and can regenerate the generated block of
+``docs/claims.md`` ("What we verified"). The exit code is 1 only when one of our own
+guarantees (owner "ours") fails; a paper claim that fails is a finding, reported in the
+table. Usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-README_INTRO = """Every claim below is checked by `cactus check` (module `proofs_check/`):
+CLAIMS_INTRO = """Every claim below is checked by `cactus check` (module `proofs_check/`):
 cvxpy solves the constrained problems exactly on small vocabularies (Clarabel for
 exponential cones, HiGHS for LPs), independent numpy references enumerate emitted laws, and
 scipy searches (differential evolution, Nelder–Mead) look for worst cases. Rows owned by
 *ours* are the toolkit's own guarantees: `cactus check` exits non-zero if one fails.
-Regenerate this section with `python -m proofs_check {flags}--update-readme README.md`."""
+Regenerate this section with `python -m proofs_check {flags}--update-markdown docs/claims.md`."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="PATH", help="write the report as markdown")
     parser.add_argument("--seed", type=int, default=0, help="seed for every instance family")
     parser.add_argument(
-        "--update-readme",
+        "--update-markdown",
         metavar="PATH",
-        help="regenerate the README's 'What we verified' block from this run",
+        help="regenerate the generated claims block (between the proofs_check markers) of "
+        "this markdown file from this run, e.g. docs/claims.md",
     )
     parser.add_argument(
         "--cache-dir",
@@ -63,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("json", "markdown"):
         if getattr(args, name):
             check_writable(name, getattr(args, name))
-    if args.update_readme and not Path(args.update_readme).is_file():
-        raise ValueError(f"update_readme: {args.update_readme!r} is not a file")
+    if args.update_markdown and not Path(args.update_markdown).is_file():
+        raise ValueError(f"update_markdown: {args.update_markdown!r} is not a file")
     if args.from_json:
         result = report.read_json(args.from_json)
     else:
@@ -80,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
         report.write_json(result, args.json)
     if args.markdown:
         atomic_write_text(args.markdown, report.to_markdown(result, heading="##"))
-    if args.update_readme:
+    if args.update_markdown:
         flags = "--quick " if result.get("mode") == "quick" else ""
-        intro = README_INTRO.format(flags=flags)
-        report.update_readme(
-            args.update_readme, intro + "\n\n" + report.to_markdown(result, heading="###")
+        intro = CLAIMS_INTRO.format(flags=flags)
+        report.update_markdown(
+            args.update_markdown, intro + "\n\n" + report.to_markdown(result, heading="###")
         )
     return 0 if result["guarantees_hold"] else 1
 

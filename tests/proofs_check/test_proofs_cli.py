@@ -39,7 +39,7 @@ def test_module_entry_point_writes_json_markdown_and_readme(tmp_path):
         str(out_json),
         "--markdown",
         str(out_md),
-        "--update-readme",
+        "--update-markdown",
         str(readme),
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -49,11 +49,11 @@ def test_module_entry_point_writes_json_markdown_and_readme(tmp_path):
     assert [row["id"] for row in result["claims"]] == ["cor6", "cor6.sharp", "overshoot"]
     assert "log(1 + 2δ)/δ" in out_md.read_text(encoding="utf-8")
     text = readme.read_text(encoding="utf-8")
-    assert report.README_BEGIN in text and text.endswith("## Next\n")
+    assert report.BLOCK_BEGIN in text and text.endswith("## Next\n")
     # Regenerating replaces the block instead of adding a second one.
-    report.update_readme(readme, "replaced")
+    report.update_markdown(readme, "replaced")
     text = readme.read_text(encoding="utf-8")
-    assert text.count(report.README_BEGIN) == 1 and "replaced" in text and "cor6.sharp" not in text
+    assert text.count(report.BLOCK_BEGIN) == 1 and "replaced" in text and "cor6.sharp" not in text
 
 
 def test_dispatcher_routes_check_and_bench(capsys):
@@ -91,7 +91,7 @@ def test_dispatcher_routes_check_and_bench(capsys):
         (["check", "--json", "/proc/version/r.json"], "json"),
         (["check", "--markdown", "/proc/version/r.md"], "markdown"),
         (["check", "--json", "/"], "json"),
-        (["check", "--update-readme", "/nonexistent/README.md"], "update_readme"),
+        (["check", "--update-markdown", "/nonexistent/README.md"], "update_markdown"),
         (["bench", "solvers", "--json", "/proc/version/r.json"], "json"),
         (["bench", "law", "--json", "/proc/version/r.json"], "json"),
     ],
@@ -134,8 +134,8 @@ def test_a_saved_result_renders_without_rerunning(tmp_path, capsys):
 def test_readme_without_markers_and_bad_owner_are_value_errors(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# nothing to replace\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="^update_readme"):
-        report.update_readme(readme, "text")
+    with pytest.raises(ValueError, match="^update_markdown"):
+        report.update_markdown(readme, "text")
     with pytest.raises(ValueError, match="^owner"):
         claims.row("x", "s", "theirs", True, 1, 0.0)
 
