@@ -1,7 +1,8 @@
 """Speculative decoding with any rule for Hugging Face causal LMs (batched, KV-cached).
 
 - ``generate``: ``speculative_generate``, ``autoregressive_generate``, ``verifier_nll``;
-- ``cache``: the per-model KV cache of slots, its slot mask and rollback;
+- ``cache``: the per-model KV cache of slots, its rollback and right-alignment;
+- ``meter``: the divergence meter and the per-sequence KL budget (``max_kl``);
 - ``checks``: the decoder's input checks.
 """
 

@@ -1,5 +1,19 @@
-"""The decoder's KV caches: one rectangular ``DynamicCache`` of slots per model, a 0/1 slot
-mask over it, and the rollback of rejected slots (``DynamicCache.crop``, never recomputed).
+"""The decoder's KV caches: a rectangular cache of slots per model, right-aligned rows.
+
+Each model keeps one ``transformers.DynamicCache`` over B rows and S *slots*, and a 0/1
+slot mask [B, S] passed as the attention mask, with explicit ``position_ids`` (a row's
+position = its number of valid tokens before). Between forward passes every row's valid
+slots are **contiguous and end at the last slot**; the slots before them are padding
+(mask 0), exactly as a left-padded prompt. Hugging Face builds causal and sliding-window
+masks in slot space, so with no hole inside a row, slot distance equals position distance
+and every model, sliding windows included, sees each row exactly as it would alone.
+
+A forward appends n slots per row, valid or not; the invalid ones must come after the
+row's valid new tokens (a rejected draft, a padding slot). ``keep`` then marks which new
+slots a row keeps (the rollback) and restores the invariant: slots invalid in every row
+are cropped from the end (``DynamicCache.crop``: a batch of one row never needs more),
+and rows that still end in holes are right-aligned by one gather per cache layer (their
+padding grows on the left). Nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -11,23 +25,28 @@ import torch
 Tensor = torch.Tensor
 
 
-def _cache_keyword(model) -> str:
+def cache_keyword(model) -> str:
     """``cache`` (transformers >= 5.2x) or ``past_key_values`` (earlier 5.x)."""
     parameters = inspect.signature(model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
 
 
+def positions_of_prompt(mask: Tensor) -> Tensor:
+    """Position ids [B, P] of a left-padded prompt mask [B, P]: cumsum(mask) − 1, pads at 0."""
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
 class CachedModel:
-    """A causal LM with its DynamicCache and the slot mask of that cache."""
+    """A causal LM with its KV cache of slots and the slot mask (see the module docstring)."""
 
     def __init__(self, model, batch: int, device: torch.device) -> None:
         from transformers import DynamicCache
 
         self.model = model
         self.cache = DynamicCache()
-        self.keyword = _cache_keyword(model)
+        self.keyword = cache_keyword(model)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.slot_mask = torch.zeros(batch, 0, dtype=torch.int64, device=device)
+        self.slot_mask = torch.zeros(batch, 0, dtype=torch.int64, device=device)  # [B, S]
         self.calls = 0
 
     @property
@@ -35,8 +54,9 @@ class CachedModel:
         return self.slot_mask.shape[1]
 
     def forward(self, ids: Tensor, valid: Tensor, positions: Tensor, keep: int = 0) -> Tensor:
-        """Append ``ids`` [B, n] (slot validity ``valid``) and return logits [B, n or keep, V]."""
-        self.slot_mask = torch.cat([self.slot_mask, valid.to(torch.int64)], dim=1)
+        """Append ``ids`` [B, n] with slot validity ``valid`` [B, n] at ``positions`` [B, n];
+        return logits [B, n, V] (the last ``keep`` of them when keep > 0)."""
+        self.slot_mask = torch.cat([self.slot_mask, valid.to(torch.int64)], dim=1)  # [B, S+n]
         kwargs = {self.keyword: self.cache}
         if keep and self.keeps_logits:
             kwargs["logits_to_keep"] = keep
@@ -48,27 +68,85 @@ class CachedModel:
             **kwargs,
         )
         self.calls += 1
-        logits = output.logits
+        logits = output.logits  # [B, n or keep, V]
         return logits[:, -keep:] if keep else logits
 
-    def keep_slots(self, valid_new: Tensor) -> None:
-        """Mark the last ``valid_new.shape[1]`` slots valid or not, then crop common holes."""
+    def keep(self, valid_new: Tensor) -> None:
+        """Mark the last ``valid_new.shape[1]`` slots valid or not (``valid_new`` [B, m]),
+        then crop slots invalid in every row and right-align rows ending in holes."""
         count = valid_new.shape[1]
         if count:
             self.slot_mask[:, -count:] = valid_new.to(torch.int64)
-        any_valid = self.slot_mask.any(dim=0)
-        valid_columns = torch.nonzero(any_valid).flatten()
-        last = int(valid_columns[-1]) + 1 if valid_columns.numel() else 0
-        remove = self.slots - last
-        if remove > 0:
-            self.cache.crop(-remove)  # negative: remove that many slots (every 5.x version)
+        any_valid = self.slot_mask.any(dim=0)  # [S]
+        columns = torch.nonzero(any_valid).flatten()
+        last = int(columns[-1]) + 1 if columns.numel() else 0
+        if last < self.slots:
+            self.cache.crop(-(self.slots - last))  # negative: remove that many slots
             self.slot_mask = self.slot_mask[:, :last]
+        if self.slot_mask.shape[1] and not bool(self.slot_mask[:, -1].all()):
+            self._right_align()
+
+    def _right_align(self) -> None:
+        """Move every row's valid (contiguous) slots to the end: one gather per layer."""
+        slots = self.slots
+        valid = self.slot_mask.bool()  # [B, S]
+        index = torch.arange(slots, device=valid.device)
+        end = torch.where(valid, index + 1, 0).amax(dim=1)  # [B] one past the last valid slot
+        length = valid.sum(dim=1)  # [B]
+        width = int(length.max())
+        source = end[:, None] - width + torch.arange(width, device=valid.device)  # [B, S']
+        self.slot_mask = (source >= (end - length)[:, None]).to(torch.int64)  # [B, S']
+        source = source.clamp(min=0)
+        for layer in self.cache.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if not isinstance(keys, Tensor) or keys.ndim != 4:
+                raise ValueError(
+                    f"model: cache layer {type(layer).__name__} has no [B, H, S, D] keys; "
+                    "batched speculative decoding needs transformers' DynamicCache layers"
+                )
+            heads, head_dim = keys.shape[1], keys.shape[3]
+            gather = source[:, None, :, None].expand(-1, heads, -1, head_dim)  # [B, H, S', D]
+            layer.keys = keys.gather(2, gather)
+            layer.values = values.gather(2, gather.expand(-1, values.shape[1], -1, values.shape[3]))
 
     def select_rows(self, rows: Tensor) -> None:
+        """Keep only the batch rows ``rows`` [B'] (finished rows leave the batch)."""
         self.cache.batch_select_indices(rows)
         self.slot_mask = self.slot_mask[rows]
 
 
-def positions_of_prompt(mask: Tensor) -> Tensor:
-    """Position ids of a left-padded prompt: cumsum(mask) − 1, pads at 0."""
-    return (mask.cumsum(dim=1) - 1).clamp(min=0)
+class DraftCache(CachedModel):
+    """The draft model's cache, which may be one token behind the verifier's.
+
+    When a row accepts every draft, its last draft d_k was sampled but never fed to the
+    draft model: it is ``pending`` here ([B] token ids and a [B] flag) and goes in first
+    at the next draft call, as [d_k, last]; rows with nothing pending get [last, padding]
+    (the padding slot after ``last``, so it is a trailing hole that ``keep`` removes).
+    """
+
+    def __init__(self, model, batch: int, device: torch.device) -> None:
+        super().__init__(model, batch, device)
+        self.pending = torch.zeros(batch, dtype=torch.int64, device=device)  # [B] token ids
+        self.has_pending = torch.zeros(batch, dtype=torch.bool, device=device)  # [B]
+
+    def feed_last(self, last: Tensor, count: Tensor, limit: Tensor) -> Tensor:
+        """Feed each row's pending token (if any) and ``last`` [B] (position count − 1);
+        return the draft logits after ``last`` [B, V]. Positions are clamped to ``limit``
+        [B] (padding slots only). The fed slots are left valid; ``keep`` rolls them back."""
+        if not bool(self.has_pending.any()):
+            positions = (count - 1)[:, None]  # [B, 1]
+            return self.forward(last[:, None], torch.ones_like(last[:, None]), positions, 1)[:, -1]
+        pending = self.has_pending  # [B]
+        first = torch.where(pending, self.pending, last)  # [B]
+        ids = torch.stack([first, last], dim=1)  # [B, 2]; padding rows repeat last (masked)
+        valid = torch.stack([torch.ones_like(pending), pending], dim=1)  # [B, 2]
+        before = torch.where(pending, count - 2, count - 1)
+        positions = torch.stack([before, torch.minimum(before + 1, limit)], dim=1).clamp(min=0)
+        logits = self.forward(ids, valid, positions)  # [B, 2, V]
+        self.keep(valid)  # a padding slot after `last` is a trailing hole: drop it now
+        self.has_pending = torch.zeros_like(pending)
+        return torch.where(pending[:, None], logits[:, 1], logits[:, 0])  # [B, V]
+
+    def select_rows(self, rows: Tensor) -> None:
+        super().select_rows(rows)
+        self.pending, self.has_pending = self.pending[rows], self.has_pending[rows]

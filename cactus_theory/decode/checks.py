@@ -11,6 +11,39 @@ from cactus_theory.core.rules.base import Rule
 Tensor = torch.Tensor
 
 
+#: Config attributes that bound a model's positions, by family (the first one present).
+CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
+
+
+def context_length(model) -> int | None:
+    """The number of positions ``model`` supports (its text config), or None if unstated."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config(decoder=True)
+    for name in CONTEXT_ATTRIBUTES:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_context(name: str, model, mask: Tensor, max_new_tokens: int) -> None:
+    """ValueError naming max_new_tokens when a prompt plus max_new_tokens exceeds the
+    context of ``model`` (learned positions have no embedding there, rotary ones would
+    extrapolate silently)."""
+    limit = context_length(model)
+    if limit is None:
+        return
+    longest = int(mask.sum(dim=1).max())
+    if longest + max_new_tokens > limit:
+        raise ValueError(
+            f"max_new_tokens: a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} "
+            f"exceeds the {name}'s context of {limit} positions; shorten one of them"
+        )
+
+
 def model_device(model, name: str) -> torch.device:
     try:
         return next(model.parameters()).device

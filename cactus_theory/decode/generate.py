@@ -1,58 +1,56 @@
 """Speculative decoding with any rule, for Hugging Face causal LMs, batched, with KV caches.
 
-``speculative_generate(verifier, draft, input_ids, rule=..., k=...)`` runs the loop
+``speculative_generate(verifier, draft, input_ids, rule=..., k=...)`` runs, per step,
 
-    draft k tokens with the draft model (each sampled from its processed law p);
-    run the verifier once on [last token, d_1..d_k] to get q for k+1 positions;
-    ``sampler.verify`` accepts a prefix and emits one more token (residual or bonus);
-    commit, roll both KV caches back past the rejected tokens, repeat.
+    draft     the draft model proposes k_b = min(k, tokens row b still needs − 1) tokens,
+              each sampled from its processed law p;
+    verify    one verifier forward over [last, d_1..d_K] gives q at K + 1 positions;
+    sample    ``sampler.verify`` accepts a prefix of each row's k_b drafts and emits one
+              more token: the residual at the first rejection, or the bonus token from q
+              after the row's last draft (a plain sample from q when k_b = 0);
+    measure   the divergence meter records KL(μ ‖ q) of every emitted token (``meter``);
+    commit    accepted drafts and the emitted token are committed left to right, up to
+              EOS (kept) or max_new_tokens (exact);
+    roll back both KV caches drop the rejected slots (``cache``; nothing is recomputed);
+    retire    finished rows leave the batch.
 
-Both models see the same processors (temperature, top-k, top-p; ``torch_processors``), so
-the rule compares exactly the law each draft was sampled from with the verifier's law after
-the same processors. temperature = 0 is greedy: both laws are one-hot. A rule that puts
-no mass where the verifier has none (sps, cactus, cactus-exact with KL or χ², frontier,
-tas, greedy, topk with k = 1) then accepts a draft iff it is the verifier's argmax and
-otherwise emits that argmax, so the output equals the verifier's own greedy decoding,
-token for token; interp, topk with k > 1 and cactus-exact with tv, hellinger, js or
-reverse KL may accept other drafts, as their definitions say.
+**Every row is decoded as it would be alone.** Its number of drafts, k_b, depends only on
+the row (so its last token is always a plain verifier sample, law q, as at batch 1); its
+randomness only on the generator; its cache on its own tokens. Both models see the same
+processors (temperature, top-k, top-p; ``sampler.processors``), so the rule compares
+exactly the law each draft was sampled from with the verifier's law after the same
+processors. So a row's output law is the same at any batch size and batch composition.
+temperature = 0 is greedy: both laws are one-hot, and a rule that puts no mass where the
+verifier has none (sps, cactus, cactus-exact with KL or χ², frontier, pareto, tas, greedy,
+topk with k = 1) accepts a draft iff it is the verifier's argmax and otherwise emits that
+argmax, so the output equals the verifier's own greedy ``generate`` token for token.
 
-**Ragged batches (rows accept different numbers of tokens).** Each model keeps one
-rectangular ``DynamicCache`` of *slots* plus a 0/1 slot mask [B, slots] that is passed as the
-attention mask, and explicit ``position_ids`` (a row's position = its number of valid
-tokens so far). Hugging Face builds the causal mask from slot indices and the 0/1 mask, and
-embeds positions from ``position_ids``, so a slot marked 0 is invisible and positions stay
-contiguous within each row. After a verify step that appended k+1 slots, row b keeps its
-first a_b + 1 (its last committed token and its a_b accepted drafts); the others become
-holes (mask 0). Slots that are holes in *every* row are removed from the end with
-``DynamicCache.crop`` (the rollback; nothing is recomputed), so a batch of one row never
-has holes, and holes in a batch only cost masked attention over at most k slots per step.
-This is exact: a hole is never attended to, and every valid key/value was computed with
-exactly the valid prefix of its row (left padding of the prompt is the same mechanism).
-Rows that finish (EOS or max_new_tokens) leave the batch (``batch_select_indices``).
+**Ragged batches.** Each model keeps one rectangular cache of slots with a 0/1 slot mask
+passed as the attention mask and explicit ``position_ids``; between forwards every row's
+valid slots are contiguous and right-aligned (left padding), so slot distance equals
+position distance and sliding-window attention sees each row exactly as alone (``cache``
+explains the rollback and the right-alignment). A row with k_b < K drafts carries padding
+drafts past its own; they are never verified, sit after its valid tokens (invisible to
+them), and are rolled back. When a row accepts all K drafts, the draft model has not seen
+d_K: the draft cache keeps it pending and feeds it first at the next step.
 
-The draft lags one token behind when all k drafts were accepted (d_k was sampled but never
-fed to it); the next draft call then feeds two tokens [d_k, last] for all rows, with d_k's
-slot a hole in rows that do not need it.
-
-**Exactness of stopping.** Tokens are committed left to right and a row stops at its first
-EOS (kept) or at max_new_tokens (exact). A row's drafts never run past what it can still
-commit, and the last step needs no draft at all. Finished rows are padded with
-``pad_token_id`` (default: eos_token_id, else 0), as in ``generate``.
+**Defaults like ``generate``.** ``eos_token_id=None`` takes the verifier's
+``generation_config.eos_token_id`` (one id or a list; ``[]`` disables EOS), and
+``pad_token_id=None`` its ``generation_config.pad_token_id``, else the first EOS id, else 0.
+The prompt plus ``max_new_tokens`` must fit both models' context
+(``max_position_embeddings``, ``n_positions``): beyond it learned positions have no
+embedding and rotary ones extrapolate, so it is a ValueError.
 
 Randomness: the draft tokens and the sampler's uniforms come from ``generator`` (a CPU
 ``torch.Generator`` keeps results identical across devices up to float rounding).
-
-``autoregressive_generate`` is the plain baseline with the same interface and result type,
-so speed-ups are measured side by side. ``verifier_nll`` scores generated text under the
-verifier (the quality proxy).
-
-Limits: models must accept ``attention_mask``, ``position_ids`` and a ``DynamicCache`` (all
-standard decoder-only ``transformers`` models do); sliding-window attention, if any,
-counts cache slots, holes included.
+``autoregressive_generate`` is the plain baseline with the same preparation, interface
+and result type, so speed-ups are measured side by side. ``verifier_nll`` scores generated
+text under the verifier (the quality proxy).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -60,9 +58,11 @@ import torch
 
 from cactus_theory import sampler
 from cactus_theory.core import validate
+from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.core.rules.base import Rule
-from cactus_theory.decode.cache import CachedModel, positions_of_prompt
+from cactus_theory.decode.cache import CachedModel, DraftCache, positions_of_prompt
 from cactus_theory.decode.checks import (
+    check_context,
     check_generator,
     check_inputs,
     eos_ids,
@@ -72,6 +72,7 @@ from cactus_theory.decode.checks import (
     sampling_settings,
     vocab_size,
 )
+from cactus_theory.decode.meter import KLBudget, StepDivergence, positions_below, step_divergence
 from cactus_theory.sampler.processors import process_logits
 
 Tensor = torch.Tensor
@@ -85,15 +86,25 @@ class DecodeResult:
     tokens, finished rows padded with ``pad_token_id`` (T = the longest generation).
     num_generated: [B] tokens generated per row (EOS included). accepted_lengths:
     [steps, B] accepted drafts per verify step per row (−1 where the row was not active;
-    empty for the baseline). timing: seconds (``total``, ``prefill``, ``draft``,
-    ``verify``, ``sampler``) and counts (``verifier_calls``, ``draft_calls``).
+    empty for the baseline); draft_counts: [steps, B] the drafts k_b each row verified.
+    token_kl, token_tv: [B, T] float64 KL(μ_t ‖ q_t) and TV(μ_t, q_t) of every generated
+    token (0 for bonus and plain tokens and past num_generated; None when the meter is
+    off); ``sequence_kl`` and ``sequence_tv`` are their per-row sums (``meter`` says what
+    they estimate). timing: seconds (``total``, ``prefill``, ``draft``, ``verify``,
+    ``sampler``, ``meter``) and counts (``verifier_calls``, ``draft_calls``).
+    eos_token_id, pad_token_id: the ids used (after the generation-config defaults).
     """
 
     sequences: Tensor
     prompt_length: int
     num_generated: Tensor
     accepted_lengths: Tensor
+    draft_counts: Tensor
+    token_kl: Tensor | None = None
+    token_tv: Tensor | None = None
     timing: dict = field(default_factory=dict)
+    eos_token_id: list[int] = field(default_factory=list)
+    pad_token_id: int = 0
 
     @property
     def new_tokens(self) -> list[list[int]]:
@@ -126,49 +137,88 @@ class DecodeResult:
         """Tokens emitted per verifier call: AL + 1 (the residual or bonus token)."""
         return 1.0 + self.mean_accepted
 
+    @property
+    def sequence_kl(self) -> Tensor | None:
+        """[B] Σ_t KL(μ_t ‖ q_t) per row (nats)."""
+        return None if self.token_kl is None else self.token_kl.sum(dim=1)
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    @property
+    def sequence_tv(self) -> Tensor | None:
+        """[B] Σ_t TV(μ_t, q_t) per row."""
+        return None if self.token_tv is None else self.token_tv.sum(dim=1)
 
-
-class _Clock:
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, name: str):
-        clock = self
-
-        class _Span:
-            def __enter__(self):
-                _sync(clock.device)
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                _sync(clock.device)
-                clock.seconds[name] = clock.seconds.get(name, 0.0) + (
-                    time.perf_counter() - self.start
-                )
-
-        return _Span()
+    @property
+    def kl_per_token(self) -> float | None:
+        """Σ over rows of sequence_kl / Σ num_generated: nats per generated token."""
+        if self.token_kl is None:
+            return None
+        return float(self.token_kl.sum()) / max(self.total_tokens, 1)
 
 
-def _uniforms(count: int, generator, device) -> Tensor:
-    draw_device = torch.device("cpu") if generator is None else generator.device
-    return torch.rand(count, generator=generator, dtype=torch.float64, device=draw_device).to(
-        device
-    )
+# --- preparation shared by both generate functions -------------------------------------------
 
 
-# --- the shared bookkeeping of committed tokens ----------------------------------------------
+@dataclass
+class Prepared:
+    """Validated inputs and the settings both generate functions share."""
+
+    input_ids: Tensor  # [B, P]
+    mask: Tensor  # [B, P] left-padding mask
+    settings: SamplingSettings
+    eos: list[int]
+    pad_id: int
+    device: torch.device
+    vocab: int
+    max_new_tokens: int
+    generator: torch.Generator | None
 
 
-class _Rows:
-    """Committed tokens per original row, EOS / max_new_tokens stopping, active rows."""
+def prepare(
+    verifier,
+    draft,
+    input_ids,
+    attention_mask,
+    max_new_tokens,
+    temperature,
+    top_k,
+    top_p,
+    eos_token_id,
+    pad_token_id,
+    generator,
+) -> Prepared:
+    """Validate every argument (ValueError naming it) and resolve the defaults."""
+    settings = sampling_settings(temperature, top_k, top_p)
+    check_generator(generator)
+    device = model_device(verifier, "verifier")
+    vocab = vocab_size(verifier)
+    if draft is not None:
+        if model_device(draft, "draft") != device:
+            raise ValueError(f"draft: on {model_device(draft, 'draft')}, verifier on {device}")
+        if vocab_size(draft) != vocab:
+            raise ValueError(
+                f"draft: vocabulary size {vocab_size(draft)} differs from the verifier's {vocab}"
+            )
+    ids, mask = check_inputs(input_ids, attention_mask, max_new_tokens, vocab, device)
+    for name, model in (("verifier", verifier), ("draft", draft)):
+        if model is not None:
+            check_context(name, model, mask, max_new_tokens)
+    config = getattr(verifier, "generation_config", None)
+    if eos_token_id is None:
+        eos_token_id = getattr(config, "eos_token_id", None)
+    eos = eos_ids(eos_token_id, vocab)
+    if pad_token_id is None:
+        pad_token_id = getattr(config, "pad_token_id", None)
+    pad_id = resolve_pad_id(pad_token_id, eos, vocab)
+    return Prepared(ids, mask, settings, eos, pad_id, device, vocab, max_new_tokens, generator)
 
-    def __init__(self, batch: int, max_new_tokens: int, eos: list[int]) -> None:
+
+class Progress:
+    """Per original row: committed tokens, their KL and TV, and whether it has finished."""
+
+    def __init__(self, batch: int, max_new_tokens: int, eos: list[int], metered: bool) -> None:
         self.generated: list[list[int]] = [[] for _ in range(batch)]
+        self.kl: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
+        self.tv: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
         self.finished = [max_new_tokens == 0] * batch
         self.max_new_tokens = max_new_tokens
         self.eos = set(eos)
@@ -176,29 +226,212 @@ class _Rows:
     def remaining(self, row: int) -> int:
         return self.max_new_tokens - len(self.generated[row])
 
-    def commit(self, row: int, tokens: list[int]) -> int:
+    def commit(self, row: int, tokens: list[int], kl: list[float], tv: list[float]) -> int:
         """Append tokens left to right until EOS or the budget; returns how many were kept."""
         kept = 0
         for token in tokens:
             if self.finished[row]:
                 break
             self.generated[row].append(token)
+            if self.kl is not None:
+                self.kl[row].append(kl[kept])
+                self.tv[row].append(tv[kept])
             kept += 1
             if token in self.eos or self.remaining(row) == 0:
                 self.finished[row] = True
         return kept
 
-    def result(self, input_ids, pad_id, accepted, timing) -> DecodeResult:
+    def result(self, prepared: Prepared, accepted, drafts, timing) -> DecodeResult:
         longest = max((len(tokens) for tokens in self.generated), default=0)
-        padded = [tokens + [pad_id] * (longest - len(tokens)) for tokens in self.generated]
-        new = torch.tensor(padded, dtype=torch.int64).reshape(len(padded), longest)
+        rows = len(self.generated)
+
+        def padded(values: list[list], fill, dtype) -> Tensor:
+            table = [row + [fill] * (longest - len(row)) for row in values]
+            return torch.tensor(table, dtype=dtype).reshape(rows, longest)
+
+        new = padded(self.generated, prepared.pad_id, torch.int64)  # [B, T]
         return DecodeResult(
-            sequences=torch.cat([input_ids.cpu(), new], dim=1),
-            prompt_length=input_ids.shape[1],
+            sequences=torch.cat([prepared.input_ids.cpu(), new], dim=1),
+            prompt_length=prepared.input_ids.shape[1],
             num_generated=torch.tensor([len(tokens) for tokens in self.generated]),
             accepted_lengths=accepted,
+            draft_counts=drafts,
+            token_kl=None if self.kl is None else padded(self.kl, 0.0, torch.float64),
+            token_tv=None if self.tv is None else padded(self.tv, 0.0, torch.float64),
             timing=timing,
+            eos_token_id=sorted(self.eos),
+            pad_token_id=prepared.pad_id,
         )
+
+
+@dataclass
+class Active:
+    """The loop state of the rows still decoding (batch row i is original row rows[i])."""
+
+    rows: Tensor  # [A] original row index
+    last: Tensor  # [A] last committed token, in neither cache yet
+    count: Tensor  # [A] committed tokens; ``last`` sits at position count − 1
+    limit: Tensor  # [A] the last position a row may ever use (padding slots are clamped)
+
+    def take(self, keep: Tensor) -> None:
+        self.rows, self.last = self.rows[keep], self.last[keep]
+        self.count, self.limit = self.count[keep], self.limit[keep]
+
+
+def start(prepared: Prepared, models: list[CachedModel], clock) -> Active:
+    """Prefill every model with the prompts without their last token; the loop state."""
+    ids, mask = prepared.input_ids, prepared.mask
+    with clock("prefill"):
+        if ids.shape[1] > 1:
+            prefix, prefix_mask = ids[:, :-1], mask[:, :-1]  # [B, P-1]
+            for model in models:
+                model.forward(prefix, prefix_mask, positions_of_prompt(prefix_mask), keep=1)
+    count = mask.sum(dim=1)  # [B]
+    rows = torch.arange(ids.shape[0], device=prepared.device)
+    return Active(rows, ids[:, -1], count, count + prepared.max_new_tokens - 1)
+
+
+def retire(progress: Progress, active: Active, models: list[CachedModel]) -> None:
+    """Drop finished rows from the loop state and from every cache."""
+    still = [index for index, row in enumerate(active.rows.tolist()) if not progress.finished[row]]
+    if still and len(still) < active.rows.numel():
+        keep = torch.tensor(still, device=active.rows.device)
+        for model in models:
+            model.select_rows(keep)
+        active.take(keep)
+
+
+def uniforms(count: int, generator, device) -> Tensor:
+    """``count`` float64 uniforms from ``generator`` (drawn on its device, or the CPU)."""
+    draw_device = torch.device("cpu") if generator is None else generator.device
+    drawn = torch.rand(count, generator=generator, dtype=torch.float64, device=draw_device)
+    return drawn.to(device)
+
+
+# --- the steps of one speculative iteration --------------------------------------------------
+
+
+def draft_step(
+    drafter: DraftCache, active: Active, steps: int, prepared: Prepared
+) -> tuple[Tensor, Tensor]:
+    """Sample ``steps`` (K) draft tokens per row: (draft_ids [A, K], draft_probs [A, K, V])."""
+    ids, laws = [], []
+    logits = drafter.feed_last(active.last, active.count, active.limit)  # [A, V]
+    for step in range(steps):
+        law = process_logits(logits, prepared.settings)  # [A, V] the p the token is drawn from
+        token = sampler.inverse_cdf(law, uniforms(len(law), prepared.generator, law.device))
+        ids.append(token)
+        laws.append(law)
+        if step + 1 < steps:
+            positions = torch.minimum(active.count + step, active.limit)[:, None]  # [A, 1]
+            logits = drafter.forward(token[:, None], torch.ones_like(token[:, None]), positions)
+            logits = logits[:, -1]
+    return torch.stack(ids, dim=1), torch.stack(laws, dim=1)
+
+
+def verify_step(target: CachedModel, active: Active, draft_ids: Tensor, prepared) -> Tensor:
+    """One verifier forward over [last, d_1..d_K]: the processed laws q [A, K+1, V]."""
+    block = torch.cat([active.last[:, None], draft_ids], dim=1)  # [A, K+1]
+    offsets = torch.arange(block.shape[1], device=block.device)[None, :]  # [1, K+1]
+    positions = torch.minimum((active.count - 1)[:, None] + offsets, active.limit[:, None])
+    logits = target.forward(block, torch.ones_like(block), positions)  # [A, K+1, V]
+    return process_logits(logits, prepared.settings)
+
+
+def sample_step(
+    rules_per_row: list[Rule],
+    target_probs: Tensor,  # [A, K+1, V]
+    draft_probs: Tensor,  # [A, K, V]
+    draft_ids: Tensor,  # [A, K]
+    num_drafts: Tensor,  # [A]
+    generator,
+) -> tuple[Tensor, Tensor]:
+    """``sampler.verify`` per group of rows sharing a rule: (tokens [A, K+1], accepted [A])."""
+    batch, steps = draft_ids.shape
+    tokens = torch.full(
+        (batch, steps + 1), sampler.PAD_ID, dtype=torch.int64, device=draft_ids.device
+    )
+    accepted = torch.zeros(batch, dtype=torch.int64, device=draft_ids.device)
+    for rule in dict.fromkeys(rules_per_row):
+        rows = torch.tensor(
+            [index for index, item in enumerate(rules_per_row) if item == rule],
+            device=draft_ids.device,
+        )
+        if rows.numel() == batch:
+            rows = slice(None)
+        tokens[rows], accepted[rows] = sampler.verify(
+            target_probs[rows],
+            draft_probs[rows],
+            draft_ids[rows],
+            rule,
+            generator=generator,
+            check=False,
+            num_drafts=num_drafts[rows],
+        )
+    return tokens, accepted
+
+
+def measure_step(
+    divergence: StepDivergence | None,
+    rules_per_row: list[Rule],
+    target_probs: Tensor,
+    draft_probs: Tensor,
+    accepted: Tensor,
+    num_drafts: Tensor,
+) -> StepDivergence:
+    """KL(μ ‖ q) and TV at each row's emitted verified positions i <= accepted, i < k_b
+    (computed here unless the budget already did at every drafted position)."""
+    if divergence is not None:
+        return divergence
+    emitted = torch.minimum(accepted + 1, num_drafts)  # [A] verified positions emitted
+    rows, positions = positions_below(emitted, draft_probs.shape[1])
+    return step_divergence(rules_per_row, target_probs, draft_probs, rows, positions)
+
+
+def commit_step(
+    progress: Progress,
+    active: Active,
+    tokens: Tensor,
+    accepted: Tensor,
+    num_drafts: Tensor,
+    divergence: StepDivergence | None,
+) -> list[float]:
+    """Commit each row's accepted drafts and emitted token (with their KL and TV, 0 at a
+    bonus or plain position); returns the KL each row realised."""
+    token_lists, accepted_list = tokens.tolist(), accepted.tolist()
+    drafts_list = num_drafts.tolist()
+    kl_rows = divergence.kl.tolist() if divergence is not None else None
+    tv_rows = divergence.tv.tolist() if divergence is not None else None
+    realised = []
+    for index, row in enumerate(active.rows.tolist()):
+        emitted = accepted_list[index] + 1
+        kl = tv = [0.0] * emitted
+        if kl_rows is not None:  # position i is verified iff i < k_b
+            kl = [kl_rows[index][i] if i < drafts_list[index] else 0.0 for i in range(emitted)]
+            tv = [tv_rows[index][i] if i < drafts_list[index] else 0.0 for i in range(emitted)]
+        kept = progress.commit(row, token_lists[index][:emitted], kl, tv)
+        realised.append(math.fsum(kl[:kept]))
+    emitted_tokens = tokens.gather(1, accepted[:, None])[:, 0]  # [A]
+    active.count = active.count + accepted + 1
+    active.last = emitted_tokens
+    return realised
+
+
+def rollback_step(
+    target: CachedModel, drafter: DraftCache, draft_ids: Tensor, accepted: Tensor
+) -> None:
+    """Keep each row's committed slots; a row that accepted all K drafts leaves d_K
+    pending in the draft cache."""
+    steps = draft_ids.shape[1]
+    offsets = torch.arange(steps + 1, device=accepted.device)[None, :]  # [1, K+1]
+    target.keep(offsets <= accepted[:, None])  # last, d_1 .. d_a
+    if steps > 1:
+        drafter.keep(offsets[:, 1:steps] <= accepted[:, None])  # fed d_1 .. d_{K−1}
+    drafter.pending = draft_ids[:, -1]
+    drafter.has_pending = accepted == steps
+
+
+# --- speculative decoding --------------------------------------------------------------------
 
 
 @torch.inference_mode()
@@ -216,132 +449,103 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     attention_mask: Tensor | None = None,
     pad_token_id: int | None = None,
+    divergence: bool = True,
+    max_kl: float | None = None,
 ) -> DecodeResult:
-    """Generate up to ``max_new_tokens`` per row with ``rule``, k drafts per verify step.
+    """Generate up to ``max_new_tokens`` per row with ``rule``, at most k drafts per step.
 
-    ``rule``: a rule object or a spec string (``"cactus:delta=1.0"``). ``input_ids`` [B, P]
-    with an optional left-padding ``attention_mask``. See the module docstring for the
-    ragged-batch method, stopping and randomness.
+    Parameters
+    ----------
+    verifier, draft : ``transformers`` causal LMs on one device with one output vocabulary.
+    input_ids : [B, P] prompts, left-padded with ``attention_mask`` [B, P] (default all 1).
+    rule : a rule object or a spec string (``"cactus:delta=1.0"``).
+    k : the most drafts per verify step (row b drafts min(k, tokens it still needs − 1)).
+    temperature, top_k, top_p : the processors both models' laws go through.
+    eos_token_id, pad_token_id : None takes the verifier's generation config (module
+        docstring); ``eos_token_id=[]`` never stops at EOS.
+    generator : the source of every random draw (draft tokens and the sampler's uniforms).
+    divergence : run the divergence meter (``DecodeResult.token_kl``; ``meter``).
+    max_kl : cap every row's Σ_t KL(μ_t ‖ q_t) at this many nats (rules with a δ only;
+        ``meter.KLBudget``), falling back to SpS when the budget is spent.
+
+    Returns a ``DecodeResult``; see the module docstring for the method.
     """
     rule = parse_rule(rule)
     steps_per_call = validate.positive_int("k", k)
-    settings = sampling_settings(temperature, top_k, top_p)
-    check_generator(generator)
-    device = model_device(verifier, "verifier")
-    if model_device(draft, "draft") != device:
-        raise ValueError(f"draft: on {model_device(draft, 'draft')}, verifier on {device}")
-    vocab = vocab_size(verifier)
-    if vocab_size(draft) != vocab:
-        raise ValueError(
-            f"draft: vocabulary size {vocab_size(draft)} differs from the verifier's {vocab}"
-        )
-    input_ids, mask = check_inputs(input_ids, attention_mask, max_new_tokens, vocab, device)
-    eos = eos_ids(eos_token_id, vocab)
-    pad_id = resolve_pad_id(pad_token_id, eos, vocab)
-    batch = input_ids.shape[0]
-    rows = _Rows(batch, max_new_tokens, eos)
-    clock = _Clock(device)
+    if max_kl is not None and not divergence:
+        raise ValueError("max_kl: needs the divergence meter (divergence=True)")
+    prepared = prepare(
+        verifier, draft, input_ids, attention_mask, max_new_tokens, temperature, top_k,
+        top_p, eos_token_id, pad_token_id, generator,
+    )  # fmt: skip
+    batch = prepared.input_ids.shape[0]
+    budget = None if max_kl is None else KLBudget(rule, max_kl, batch, prepared.device)
+    progress = Progress(batch, max_new_tokens, prepared.eos, metered=divergence)
+    clock = Clock(prepared.device)
     started = time.perf_counter()
-    target_model = CachedModel(verifier, batch, device)
-    draft_model = CachedModel(draft, batch, device)
+    target = CachedModel(verifier, batch, prepared.device)
+    drafter = DraftCache(draft, batch, prepared.device)
+    active = start(prepared, [target, drafter], clock)
+    accepted_log, drafts_log = [], []
 
-    with clock("prefill"):
-        if input_ids.shape[1] > 1:
-            prefix, prefix_mask = input_ids[:, :-1], mask[:, :-1]
-            positions = positions_of_prompt(prefix_mask)
-            for model in (target_model, draft_model):
-                model.forward(prefix, prefix_mask, positions, keep=1)
-    active = torch.arange(batch, device=device)  # original row of each batch row
-    last = input_ids[:, -1]  # committed, not yet in either cache
-    count = mask.sum(dim=1)  # committed tokens per row (position of `last` is count − 1)
-    lagging = torch.zeros(batch, dtype=torch.bool, device=device)  # draft misses d_k
-    lag_token = torch.zeros(batch, dtype=torch.int64, device=device)
-    accepted_log: list[Tensor] = []
-
-    while not all(rows.finished):
-        active_rows = active.tolist()
-        budget = max(rows.remaining(row) for row in active_rows)
-        steps = min(steps_per_call, budget - 1)
-        drafted, draft_laws = [], []
-        fed_lag = steps > 0 and bool(lagging.any())
+    while not all(progress.finished):
+        remaining = torch.tensor([progress.remaining(row) for row in active.rows.tolist()])
+        num_drafts = (remaining - 1).clamp(0, steps_per_call).to(prepared.device)  # [A] k_b
+        steps = int(num_drafts.max())
         with clock("draft"):
-            if steps > 0:
-                if fed_lag:
-                    ids = torch.stack([lag_token, last], dim=1)
-                    valid = torch.stack([lagging, torch.ones_like(lagging)], dim=1)
-                    positions = torch.stack([count - 2, count - 1], dim=1).clamp(min=0)
-                else:
-                    ids, valid = last[:, None], torch.ones_like(last[:, None])
-                    positions = (count - 1)[:, None]
-                logits = draft_model.forward(ids, valid, positions, keep=1)[:, -1]
-                for step in range(steps):
-                    law = process_logits(logits, settings)
-                    token = sampler.inverse_cdf(law, _uniforms(len(active_rows), generator, device))
-                    drafted.append(token)
-                    draft_laws.append(law)
-                    if step + 1 < steps:
-                        logits = draft_model.forward(
-                            token[:, None],
-                            torch.ones_like(token[:, None]),
-                            (count + step)[:, None],
-                            keep=1,
-                        )[:, -1]
-        draft_ids = (
-            torch.stack(drafted, dim=1)
-            if drafted
-            else torch.zeros(len(active_rows), 0, dtype=torch.int64, device=device)
-        )
-        with clock("verify"):
-            verify_ids = torch.cat([last[:, None], draft_ids], dim=1)
-            positions = (count - 1)[:, None] + torch.arange(steps + 1, device=device)[None]
-            logits = target_model.forward(verify_ids, torch.ones_like(verify_ids), positions)
-            target_laws = process_logits(logits, settings)
-        with clock("sampler"):
-            if draft_laws:
-                draft_probs = torch.stack(draft_laws, dim=1)
+            if steps:
+                draft_ids, draft_probs = draft_step(drafter, active, steps, prepared)
             else:
-                draft_probs = target_laws.new_zeros(len(active_rows), 0, vocab)
-            tokens, accepted = sampler.verify(
-                target_laws, draft_probs, draft_ids, rule, generator=generator, check=False
+                draft_ids = torch.zeros(
+                    len(num_drafts), 0, dtype=torch.int64, device=prepared.device
+                )
+                draft_probs = torch.zeros(
+                    len(num_drafts), 0, prepared.vocab, device=prepared.device
+                )
+        with clock("verify"):
+            target_probs = verify_step(target, active, draft_ids, prepared)  # [A, K+1, V]
+        rules_per_row, measured = [rule] * len(num_drafts), None
+        if budget is not None:
+            with clock("meter"):
+                measured = budget.choose(active.rows, target_probs, draft_probs, num_drafts)
+                rules_per_row = measured.rules
+        with clock("sampler"):
+            tokens, accepted = sample_step(
+                rules_per_row, target_probs, draft_probs, draft_ids, num_drafts, prepared.generator
             )
-        logged = torch.full((batch,), -1, dtype=torch.int64)
-        logged[active.cpu()] = accepted.cpu()
-        accepted_log.append(logged)
+        if divergence:
+            with clock("meter"):
+                measured = measure_step(
+                    measured, rules_per_row, target_probs, draft_probs, accepted, num_drafts
+                )
+        accepted_log.append(_logged(batch, active.rows, accepted))
+        drafts_log.append(_logged(batch, active.rows, num_drafts))
+        realised = commit_step(progress, active, tokens, accepted, num_drafts, measured)
+        if budget is not None:
+            budget.spend(
+                active.rows, torch.tensor(realised, dtype=torch.float64, device=prepared.device)
+            )
+        if steps:
+            rollback_step(target, drafter, draft_ids, accepted)
+        else:
+            target.keep(torch.ones_like(accepted[:, None]))
+        retire(progress, active, [target, drafter])
 
-        # Commit, then roll both caches back to what each row keeps.
-        emitted = tokens.gather(1, accepted[:, None])[:, 0]
-        token_lists, accepted_list = tokens.tolist(), accepted.tolist()
-        for index, row in enumerate(active_rows):
-            rows.commit(row, token_lists[index][: accepted_list[index] + 1])
-        positions_new = torch.arange(steps + 1, device=device)[None]
-        target_model.keep_slots(positions_new <= accepted[:, None])
-        if steps > 0:
-            # Draft slots this step: [lag token if fed], last, d_1 .. d_{steps−1}.
-            kept = torch.arange(steps, device=device)[None] <= accepted[:, None]
-            if fed_lag:
-                kept = torch.cat([lagging[:, None], kept], dim=1)
-            draft_model.keep_slots(kept)
-        lagging = accepted == steps if steps > 0 else torch.zeros_like(lagging)
-        lag_token = draft_ids[:, -1] if steps > 0 else lag_token
-        count = count + accepted + 1
-        last = emitted
-
-        still = [index for index, row in enumerate(active_rows) if not rows.finished[row]]
-        if len(still) < len(active_rows) and still:
-            keep = torch.tensor(still, device=device)
-            for model in (target_model, draft_model):
-                model.select_rows(keep)
-            active, last, count = active[keep], last[keep], count[keep]
-            lagging, lag_token = lagging[keep], lag_token[keep]
-
-    timing = dict(clock.seconds)
-    timing["total"] = time.perf_counter() - started
-    timing["verifier_calls"] = len(accepted_log)
-    timing["draft_calls"] = draft_model.calls
-    accepted_lengths = (
-        torch.stack(accepted_log) if accepted_log else torch.zeros(0, batch, dtype=torch.int64)
+    timing = clock.finish(started, verifier_calls=len(accepted_log), draft_calls=drafter.calls)
+    return progress.result(
+        prepared, _stacked(accepted_log, batch), _stacked(drafts_log, batch), timing
     )
-    return rows.result(input_ids, pad_id, accepted_lengths, timing)
+
+
+def _logged(batch: int, rows: Tensor, values: Tensor) -> Tensor:
+    """values [A] of the active rows placed in a [B] vector (−1 for inactive rows)."""
+    logged = torch.full((batch,), -1, dtype=torch.int64)
+    logged[rows.cpu()] = values.cpu()
+    return logged
+
+
+def _stacked(log: list[Tensor], batch: int) -> Tensor:
+    return torch.stack(log) if log else torch.zeros(0, batch, dtype=torch.int64)
 
 
 # --- the autoregressive baseline -------------------------------------------------------------
@@ -362,56 +566,81 @@ def autoregressive_generate(
     generator: torch.Generator | None = None,
     attention_mask: Tensor | None = None,
     pad_token_id: int | None = None,
+    divergence: bool = True,
+    max_kl: float | None = None,
 ) -> DecodeResult:
-    """Plain decoding with the verifier alone; same interface and result type.
+    """Plain decoding with the verifier alone; same preparation, interface and result.
 
-    ``draft``, ``rule`` and ``k`` are accepted and ignored, so the two functions can be
-    swapped in a benchmark. One token per verifier call, drawn by inverse CDF from the
-    processed law with a uniform from ``generator``.
+    ``draft``, ``rule``, ``k`` and ``max_kl`` are accepted and ignored, so the two functions
+    can be swapped in a benchmark. One token per verifier call, drawn by inverse CDF from
+    the processed law with a uniform from ``generator``; every token's law is q, so the
+    meter reads 0 (``token_kl`` is zeros when ``divergence`` is on).
     """
-    settings = sampling_settings(temperature, top_k, top_p)
-    check_generator(generator)
-    device = model_device(verifier, "verifier")
-    vocab = vocab_size(verifier)
-    input_ids, mask = check_inputs(input_ids, attention_mask, max_new_tokens, vocab, device)
-    eos = eos_ids(eos_token_id, vocab)
-    pad_id = resolve_pad_id(pad_token_id, eos, vocab)
-    batch = input_ids.shape[0]
-    rows = _Rows(batch, max_new_tokens, eos)
-    clock = _Clock(device)
+    prepared = prepare(
+        verifier, None, input_ids, attention_mask, max_new_tokens, temperature, top_k,
+        top_p, eos_token_id, pad_token_id, generator,
+    )  # fmt: skip
+    batch = prepared.input_ids.shape[0]
+    progress = Progress(batch, max_new_tokens, prepared.eos, metered=divergence)
+    clock = Clock(prepared.device)
     started = time.perf_counter()
-    model = CachedModel(verifier, batch, device)
-    with clock("prefill"):
-        if input_ids.shape[1] > 1:
-            model.forward(
-                input_ids[:, :-1], mask[:, :-1], positions_of_prompt(mask[:, :-1]), keep=1
-            )
-    active = torch.arange(batch, device=device)
-    last, count = input_ids[:, -1], mask.sum(dim=1)
+    model = CachedModel(verifier, batch, prepared.device)
+    active = start(prepared, [model], clock)
     steps = 0
-    while not all(rows.finished):
+    while not all(progress.finished):
         steps += 1
         with clock("verify"):
             logits = model.forward(
-                last[:, None], torch.ones_like(last[:, None]), (count - 1)[:, None]
+                active.last[:, None],
+                torch.ones_like(active.last[:, None]),
+                (active.count - 1)[:, None],
             )
-            law = process_logits(logits[:, -1], settings)
+            law = process_logits(logits[:, -1], prepared.settings)  # [A, V]
         with clock("sampler"):
-            token = sampler.inverse_cdf(law, _uniforms(len(last), generator, device))
-        active_rows = active.tolist()
-        for index, value in enumerate(token.tolist()):
-            rows.commit(active_rows[index], [value])
-        last, count = token, count + 1
-        still = [index for index, row in enumerate(active_rows) if not rows.finished[row]]
-        if len(still) < len(active_rows) and still:
-            keep = torch.tensor(still, device=device)
-            model.select_rows(keep)
-            active, last, count = active[keep], last[keep], count[keep]
-    timing = dict(clock.seconds)
-    timing["total"] = time.perf_counter() - started
-    timing["verifier_calls"] = steps
-    timing["draft_calls"] = 0
-    return rows.result(input_ids, pad_id, torch.zeros(0, batch, dtype=torch.int64), timing)
+            token = sampler.inverse_cdf(law, uniforms(len(law), prepared.generator, law.device))
+        for row, value in zip(active.rows.tolist(), token.tolist(), strict=True):
+            progress.commit(row, [value], [0.0], [0.0])
+        active.last, active.count = token, active.count + 1
+        retire(progress, active, [model])
+    timing = clock.finish(started, verifier_calls=steps, draft_calls=0)
+    empty = torch.zeros(0, batch, dtype=torch.int64)
+    return progress.result(prepared, empty, empty, timing)
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+class Clock:
+    """Seconds per named span (device-synchronised on CUDA), plus the total."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __call__(self, name: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                clock._sync()
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock._sync()
+                elapsed = time.perf_counter() - self.start
+                clock.seconds[name] = clock.seconds.get(name, 0.0) + elapsed
+
+        return _Span()
+
+    def finish(self, started: float, **counts: int) -> dict:
+        timing = dict(self.seconds)
+        timing["total"] = time.perf_counter() - started
+        timing.update(counts)
+        return timing
 
 
 # --- the quality proxy -----------------------------------------------------------------------

@@ -105,6 +105,23 @@ def check_ids(draft_ids: Tensor, vocab: int) -> None:
         raise ValueError(f"draft_ids: ids must lie in [0, {vocab})")
 
 
+def check_num_drafts(num_drafts: object, batch: int, steps: int, device: torch.device) -> Tensor:
+    """num_drafts [B] as int64 on ``device`` (k for every row when None); ValueError unless
+    it is an integer tensor of shape [B] with values in [0, k]."""
+    if num_drafts is None:
+        return torch.full((batch,), steps, dtype=torch.int64, device=device)
+    if not isinstance(num_drafts, torch.Tensor):
+        raise ValueError(f"num_drafts: expected a torch.Tensor, got {type(num_drafts).__name__}")
+    if num_drafts.dtype.is_floating_point or num_drafts.dtype in (torch.bool, torch.complex64):
+        raise ValueError(f"num_drafts: expected integer counts, got dtype {num_drafts.dtype}")
+    if tuple(num_drafts.shape) != (batch,):
+        raise ValueError(f"num_drafts: expected shape {(batch,)}, got {tuple(num_drafts.shape)}")
+    counts = num_drafts.to(device, torch.int64)
+    if counts.numel() and not bool(((counts >= 0) & (counts <= steps)).all()):
+        raise ValueError(f"num_drafts: counts must lie in [0, {steps}]")
+    return counts
+
+
 def uniforms_for(
     uniforms: object,
     generator: torch.Generator | None,

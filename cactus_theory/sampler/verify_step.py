@@ -58,6 +58,7 @@ from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import PAD_ID
 from cactus_theory.sampler.checks import (
     check_ids,
+    check_num_drafts,
     check_probs,
     check_shapes,
     compute_dtype,
@@ -116,6 +117,7 @@ def _accept_reached(
     target_at: Tensor,  # [B, k] q_n
     draft_at: Tensor,  # [B, k] p_n
     accept_u: Tensor,  # [B, k] float64
+    num_drafts: Tensor,  # [B] drafts per row; the scan of row b stops at num_drafts[b]
     dtype: torch.dtype,
 ) -> tuple[Tensor, State]:
     """Acceptances [B, k] for rules that read whole rows, computed only where the scan
@@ -138,6 +140,7 @@ def _accept_reached(
     state: list[Tensor] | None = None
     running = torch.arange(batch, device=ids.device)  # [R] rows whose scan reaches here
     for position in range(steps):
+        running = running[num_drafts[running] > position]
         if running.numel() == 0:
             break
         column = slice(position, position + 1)
@@ -170,6 +173,7 @@ def verify(
     generator: torch.Generator | None = None,
     uniforms: tuple[Tensor, Tensor] | None = None,
     check: bool = True,
+    num_drafts: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Verify k drafts per row: (token_ids [B, k+1] padded with ``PAD_ID``, num_accepted [B]).
 
@@ -183,6 +187,11 @@ def verify(
     uniforms : (accept_uniforms [B, k], sample_uniforms [B]) in [0, 1), instead of a
         generator.
     check : run the value checks (see the module docstring).
+    num_drafts : [B] integer drafts per row in [0, k] (default: k for every row). Row b
+        verifies only its first num_drafts[b] drafts; after accepting all of them it emits
+        the bonus token from target_probs[b, num_drafts[b]] (so num_drafts[b] = 0 is a
+        plain sample from target_probs[b, 0]). Entries past num_drafts[b] are never read
+        for decisions and may hold anything valid (vLLM's ragged layout, padded).
 
     Returns
     -------
@@ -197,6 +206,7 @@ def verify(
         check_probs("draft_probs", draft)
         check_ids(draft_ids, vocab)
     accept_u, sample_u = uniforms_for(uniforms, generator, batch, steps, device, check)
+    drafts = check_num_drafts(num_drafts, batch, steps, device)  # [B]
     dtype = compute_dtype(target.dtype)
     ids = draft_ids.to(torch.int64)  # [B, k]
     in_range = (ids >= 0) & (ids < vocab)  # [B, k]; out of range only with check=False
@@ -209,11 +219,20 @@ def verify(
         draft_at = draft.gather(-1, safe_ids[..., None])[..., 0].to(dtype)  # [B, k]
         if adapter.reads_rows:
             accept_probs, state = _accept_reached(
-                adapter, drafted_target, draft, safe_ids, target_at, draft_at, accept_u, dtype
+                adapter,
+                drafted_target,
+                draft,
+                safe_ids,
+                target_at,
+                draft_at,
+                accept_u,
+                drafts,
+                dtype,
             )
         else:
             accept_probs, state = adapter.accept(None, None, safe_ids, target_at, draft_at)
-        accepted = (accept_u < accept_probs.to(torch.float64)) & in_range  # [B, k]
+        drafted = torch.arange(steps, device=device)[None, :] < drafts[:, None]  # [B, k]
+        accepted = (accept_u < accept_probs.to(torch.float64)) & in_range & drafted  # [B, k]
         num_accepted = torch.cumprod(accepted.to(torch.int64), dim=1).sum(dim=1)  # [B]
         stop = num_accepted.clamp(max=steps - 1)  # [B] first rejected position
         residual = adapter.residual(  # [B, V] unnormalised
@@ -222,8 +241,9 @@ def verify(
             safe_ids[rows, stop],
             _take(state, rows, stop),
         )
-        bonus = target[:, steps].to(dtype)  # [B, V]
-        emit_law = torch.where((num_accepted < steps)[:, None], residual, bonus)  # [B, V]
+        bonus = rows_at(target, drafts).to(dtype)  # [B, V] the row after its last draft
+        rejected = num_accepted < drafts  # [B]
+        emit_law = torch.where(rejected[:, None], residual, bonus)  # [B, V]
     else:
         num_accepted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
         emit_law = target[:, 0].to(dtype)  # [B, V]

@@ -1,8 +1,10 @@
 """KV-cache rollback: logits after a ragged rollback equal a fresh forward pass.
 
-The decoder's cache keeps slots; rejected slots become holes (mask 0) or are cropped when
-every row rejects them. After two rounds of ragged rollbacks, the logits of the next token
-in every row must equal a forward pass without cache over that row's valid tokens.
+The decoder's cache keeps slots; rejected slots are cropped when every row rejects them,
+and rows that still end in holes are right-aligned, so each row's valid slots stay
+contiguous at the end (left padding). After two rounds of ragged rollbacks the logits of
+the next token in every row must equal a forward pass without cache over that row's valid
+tokens.
 """
 
 import pytest
@@ -31,15 +33,19 @@ def test_logits_after_rollback_equal_a_fresh_forward(build):
         positions = (count - 1)[:, None] + torch.arange(5, device=tiny.DEVICE)[None]
         cached.forward(block, torch.ones_like(block), positions)
         kept = torch.tensor(keep, device=tiny.DEVICE)
-        cached.keep_slots(torch.arange(5, device=tiny.DEVICE)[None] < kept[:, None])
+        cached.keep(torch.arange(5, device=tiny.DEVICE)[None] < kept[:, None])
         assert cached.slots == cached.cache.get_seq_length()
+        # Right-aligned: every row's valid slots are one run ending at the last slot.
+        valid = cached.slot_mask.bool()
+        assert bool(valid[:, -1].all())
+        assert bool((valid[:, 1:].int() >= valid[:, :-1].int()).all())
+        assert cached.slots == int(valid.sum(dim=1).max())
         for row in range(3):
             histories[row] += block[row, : keep[row]].tolist()
         count = count + kept
         last = torch.randint(3, 97, (3,), generator=generator).to(tiny.DEVICE)
-    # Round 1 kept at most 4 of 5 slots: the common tail was cropped, not masked.
-    prefix = ids.shape[1] - 1
-    assert cached.slots == prefix + 4 + 3
+    # The cache is as wide as the longest row's valid history, no wider.
+    assert cached.slots == max(len(history) for history in histories) == 11
     logits = cached.forward(last[:, None], torch.ones_like(last[:, None]), (count - 1)[:, None])
     for row in range(3):
         tokens = torch.tensor([histories[row] + [int(last[row])]], device=tiny.DEVICE)

@@ -324,3 +324,41 @@ def test_torch_frontier_constants_match_numpy_on_edge_rows(search, monkeypatch):
 
     use_search(monkeypatch, search)
     check()
+
+
+@pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])
+@pytest.mark.parametrize("spec", ["sps", "cactus:delta=0.5", "frontier:delta=0.2", "tas"])
+def test_per_row_draft_counts_equal_each_row_verified_alone(spec, per_position, monkeypatch):
+    """num_drafts[b] < k: row b is verified as if it had only its first num_drafts[b]
+    drafts (numpy reference on the sliced row; the bonus law is the row after them)."""
+    if per_position:
+        monkeypatch.setattr(verify_step, "WHOLE_BLOCK_ELEMENTS", 0)
+    rule = rules.parse(spec)
+    target, draft, ids, accept_u, sample_u = random_block(seed=5, batch=400)
+    counts = np.random.default_rng(6).integers(0, ids.shape[1] + 1, size=len(ids))
+    tokens, accepted = sampler.verify(
+        target,
+        draft,
+        torch.tensor(ids, device=DEVICE),
+        rule,
+        uniforms=(torch.tensor(accept_u), torch.tensor(sample_u)),
+        num_drafts=torch.tensor(counts),
+    )
+    target64, draft64 = target.cpu().numpy(), draft.cpu().numpy()
+    for row, count in enumerate(counts):
+        if count == 0:  # no draft: a plain sample from the first row
+            emitted = reference.inverse_cdf(target64[row, 0], sample_u[row])
+            assert int(accepted[row]) == 0 and int(tokens[row, 0]) == int(emitted)
+            continue
+        expected, expected_accepted = reference.verify_block(
+            rule,
+            target64[row : row + 1, : count + 1],
+            draft64[row : row + 1, :count],
+            ids[row : row + 1, :count],
+            accept_u[row : row + 1, :count],
+            sample_u[row : row + 1],
+        )
+        assert int(accepted[row]) == int(expected_accepted[0]) <= count
+        got = tokens[row].cpu().numpy()
+        np.testing.assert_array_equal(got[: count + 1], expected[0])
+        assert (got[count + 1 :] == sampler.PAD_ID).all()

@@ -185,3 +185,20 @@ def test_unchecked_garbage_never_emits_an_out_of_range_id(spec):
     # -1 only as padding after the emitted token
     for row, count in zip(tokens.tolist(), accepted.tolist(), strict=True):
         assert -1 not in row[: count + 1] and set(row[count + 1 :]) <= {-1}
+
+
+@pytest.mark.parametrize(
+    "num_drafts",
+    [
+        [0, 1],
+        torch.tensor([0.0, 1.0, 2.0]),
+        torch.tensor([0, 1, 3]),
+        torch.tensor([[0, 1, 2]]),
+        torch.tensor([-1, 0, 0]),
+    ],
+    ids=["list", "float", "above-k", "shape", "negative"],
+)
+def test_bad_draft_counts_name_themselves(num_drafts):
+    target, draft, ids = block()
+    with pytest.raises(ValueError, match="^num_drafts"):
+        sampler.verify(target, draft, ids, SPS, num_drafts=num_drafts)

@@ -26,8 +26,6 @@ acceptance, fixed recovery law). Adapters read their parameters from the numpy r
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from cactus_theory.core.rules.base import Rule
@@ -81,8 +79,10 @@ class TorchRule:
     def targets(self, target_probs: Tensor, draft_probs: Tensor, draft_ids: Tensor) -> Tensor:
         raise ValueError(f"rule: {self.rule.name} is a decision rule; it has no target h")
 
-    def param(self, name: str) -> Any:
-        return getattr(self.rule, name)
+    def output_law(self, target_probs: Tensor, draft_probs: Tensor) -> Tensor:
+        """The exact law [R, V] of the emitted token for float64 rows [R, V]
+        (``sampler.law``; the decoder's divergence meter)."""
+        raise NotImplementedError
 
 
 class TorchTargetRule(TorchRule):
@@ -112,6 +112,9 @@ class TorchTargetRule(TorchRule):
     def targets(self, target_probs, draft_probs, draft_ids):
         return self.target_law(target_probs, draft_probs, self.solve(target_probs, draft_probs))
 
+    def output_law(self, target_probs, draft_probs):
+        return self.targets(target_probs, draft_probs, None)  # out = h
+
 
 def branch_scale(raised: Tensor, target_mass: Tensor) -> Tensor:
     """s_n = (1 − γ_n)/(1 − q_n); 1 when q_n = 1 (then h = q), as the numpy ``branch_scale``."""
@@ -135,6 +138,12 @@ class TorchBranchRule(TorchRule):
 
     def targets(self, target_probs, draft_probs, draft_ids):
         return self.branch_targets(target_probs, draft_ids[..., None])
+
+    def output_law(self, target_probs, draft_probs):
+        from cactus_theory.sampler.law import branch_rule_law
+
+        raised = self.raised_mass(target_probs, cap=draft_probs)
+        return branch_rule_law(raised, target_probs, draft_probs)
 
     def branch_targets(self, target_probs: Tensor, index: Tensor) -> Tensor:
         """h^n [..., V] for the drafted ids ``index [..., 1]``: γ_n at n, s_n q elsewhere."""
@@ -162,6 +171,20 @@ class TorchDecisionRule(TorchRule):
 
     def residual(self, target_row, draft_row, draft_id, state):
         return self.recovery(target_row)
+
+    def accept_rows(self, target_probs: Tensor) -> Tensor:
+        """[R, V] bool: whether each token of the vocabulary would be accepted if drafted."""
+        raise NotImplementedError
+
+    def output_law(self, target_probs, draft_probs):
+        """p ⊙ 1[accept] + P(reject) · recovery (recovery normalised)."""
+        accepted = torch.where(self.accept_rows(target_probs), draft_probs, 0.0)  # [R, V]
+        rejected = torch.clamp(
+            draft_probs.sum(-1, keepdim=True) - accepted.sum(-1, keepdim=True), min=0.0
+        )
+        recovery = self.recovery(target_probs)
+        recovery = recovery / recovery.sum(dim=-1, keepdim=True)
+        return accepted + rejected * recovery
 
 
 def one_hot_argmax(target_probs: Tensor) -> Tensor:

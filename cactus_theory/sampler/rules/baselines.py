@@ -27,10 +27,16 @@ class TorchInterp(TorchTargetRule):
 class TorchTypicalAcceptance(TorchDecisionRule):
     """Accept n iff q_n > min(ε, α exp(−H(q)))."""
 
+    def threshold(self, target_probs: Tensor) -> Tensor:
+        """min(ε, α exp(−H(q))) per row [...] of rows [..., V]."""
+        entropy = -torch.special.xlogy(target_probs, target_probs).sum(dim=-1)
+        return torch.clamp(self.rule.alpha * torch.exp(-entropy), max=self.rule.epsilon)
+
     def accept_mask(self, target_probs, draft_ids, target_at):
-        entropy = -torch.special.xlogy(target_probs, target_probs).sum(dim=-1)  # [B, k]
-        threshold = torch.clamp(self.rule.alpha * torch.exp(-entropy), max=self.rule.epsilon)
-        return target_at > threshold
+        return target_at > self.threshold(target_probs)
+
+    def accept_rows(self, target_probs):
+        return target_probs > self.threshold(target_probs)[..., None]
 
     def recovery(self, target_row):
         return one_hot_argmax(target_row)
@@ -47,6 +53,9 @@ class TorchTopK(TorchDecisionRule):
     def accept_mask(self, target_probs, draft_ids, target_at):
         return target_at >= kth_largest(target_probs, self.rule.k)
 
+    def accept_rows(self, target_probs):
+        return target_probs >= kth_largest(target_probs, self.rule.k)[..., None]
+
     def recovery(self, target_row):
         kept = target_row >= kth_largest(target_row, self.rule.k)[:, None]  # [R, V]
         return torch.where(kept, target_row, torch.zeros_like(target_row))
@@ -57,6 +66,9 @@ class TorchGreedy(TorchDecisionRule):
 
     def accept_mask(self, target_probs, draft_ids, target_at):
         return torch.argmax(target_probs, dim=-1) == draft_ids
+
+    def accept_rows(self, target_probs):
+        return one_hot_argmax(target_probs) > 0
 
     def recovery(self, target_row):
         return one_hot_argmax(target_row)
