@@ -76,7 +76,7 @@ def measure(setup, args, configs: list[tuple], repeats: int) -> list[tuple]:
     return list(zip(first, fastest, agree, strict=True))
 
 
-def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -> int:
+def run(args: argparse.Namespace, default_pair: Callable) -> int:
     if args.json:
         check_writable("json", args.json)
     chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], tuple[str, str]]) -
         f"{args.batch_size}, {settings}, {args.device} {args.dtype}, seed {args.seed}; "
         f"tokens/s: fastest of {args.repeats} interleaved rounds"
     )
-    print(f"verifier {setup.verifier_path}\ndraft    {setup.draft_path}")
+    print(f"verifier {setup.pair.verifier}\ndraft    {setup.pair.draft}")
     header = (
         f"{'rule':<22} {'k':>3} {'AL':>6} {'tok/call':>9} {'tokens/s':>10} {'speed-up':>9} "
         f"{'NLL':>7}"

@@ -73,11 +73,18 @@ COMMANDS: dict[str, Command | Group] = {
 }
 
 
-def default_pair() -> tuple[str, str]:
-    """Paths of the trained (verifier, draft) pair, training it on first use."""
+def default_pair():
+    """The default pair of ``cactus decode`` and ``cactus bench decode`` (a
+    ``cli.decode.Pair``), built on first use: the small pair trained on standard-library
+    text, with its held-out prompts."""
+    from pathlib import Path
+
+    from cactus_theory.cli.decode import Pair
     from sims import train_pair
 
-    return train_pair.ensure_pair()
+    verifier, draft = train_pair.ensure_pair()
+    prompts = Path(verifier).parent / train_pair.PROMPTS_FILE
+    return Pair(verifier, draft, str(prompts) if prompts.is_file() else None, "stdlib")
 
 
 def _attach(command: Command, parser: argparse.ArgumentParser) -> None:

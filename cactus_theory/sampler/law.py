@@ -11,10 +11,11 @@ is out = Σ_n p_n [a_n e_n + (1 − a_n) r^n]; every rule family has a closed fo
 - decision rules (tas, topk, greedy): out = p ⊙ 1[accept] + P(reject) · recovery.
 
 ``emitted_divergence`` gives KL(out ‖ q) and TV(out, q) per row: the decoder's divergence
-meter. It first gathers each row's support (tokens where p or q is positive, plus one
-zero column so that "the k-th largest" keeps its meaning for top-k): every law here lies
-between p and q coordinatewise or is decided by q, so tokens outside that set carry no
-mass, and under top-k/top-p processing the rows shrink from V to a few dozen entries.
+meter. It first packs each row to its support (tokens where p or q is positive, in
+vocabulary order): a token with p = q = 0 is never drafted and never emitted by any rule,
+and leaving it out changes no decision (top-k's k-th largest, TAS's entropy, greedy's
+argmax are the same over the support), so under top-k/top-p processing the rows shrink
+from V to a few dozen entries.
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def output_law(rule: Rule, target_probs: Tensor, draft_probs: Tensor) -> Tensor:
 
 def support_rows(target_probs: Tensor, draft_probs: Tensor) -> tuple[Tensor, Tensor]:
     """(target [R, W], draft [R, W]): each row's tokens with q > 0 or p > 0, in vocabulary
-    order, right-padded with zeros to W = min(V, largest support + 1)."""
+    order, right-padded with zeros to W = the largest support (rows as given if W = V)."""
     rows, vocab = target_probs.shape
     support = (target_probs > 0) | (draft_probs > 0)  # [R, V]
-    width = min(vocab, int(support.sum(dim=-1).max()) + 1) if rows else 0
+    width = max(int(support.sum(dim=-1).max()), 1) if rows else 0
     if width >= vocab:
         return target_probs, draft_probs
     slot = torch.cumsum(support, dim=-1) - 1  # [R, V] position of each support token
-    slot = torch.where(support, slot, width - 1)  # the rest land on the zero column
+    slot = torch.where(support, slot, 0)  # the rest add 0 to column 0
     packed_target = torch.zeros(rows, width, dtype=target_probs.dtype, device=target_probs.device)
     packed_draft = torch.zeros_like(packed_target)
     packed_target.scatter_add_(1, slot, torch.where(support, target_probs, 0.0))

@@ -105,10 +105,29 @@ def test_decode_prints_text_and_summary(checkpoints, capsys, tmp_path):
     assert out.count("--- prompt") == 3 and "print(" in out  # \n escapes read as newlines
     for needle in ("AL ", "tokens/s", "speed-up", "accepted drafts per verify step", "NLL"):
         assert needle in out
+    assert "nats/token" in out and "nats/sequence" in out  # the divergence meter
+    assert "\033[" not in out  # no ANSI codes when stdout is not a terminal
     data = json.loads(summary.read_text())
     assert data["rule"] == "cactus:delta=1.0" and data["k"] == 3
     assert sum(data["speculative"]["accepted_histogram"]) > 0
     assert data["speculative"]["tokens"] == data["baseline"]["tokens"] == 18
+    meter = data["speculative"]
+    assert meter["kl_per_token"] >= 0 and len(meter["sequence_kl"]) == 3
+    assert meter["kl_per_sequence"] == pytest.approx(sum(meter["sequence_kl"]) / 3)
+
+
+def test_decode_without_the_meter_and_with_a_kl_cap(checkpoints, capsys, tmp_path):
+    summary = tmp_path / "s.json"
+    args = decode_args(checkpoints, "--rule", "cactus:delta=2", "--no-baseline", "--quiet")
+    assert cli.main([*args, "--no-divergence", "--json", str(summary)]) == 0
+    assert "divergence meter off" in capsys.readouterr().out
+    assert json.loads(summary.read_text())["speculative"]["kl_per_token"] is None
+    assert cli.main([*args, "--max-kl", "0.05", "--json", str(summary)]) == 0
+    capped = json.loads(summary.read_text())
+    assert capped["max_kl"] == 0.05
+    assert max(capped["speculative"]["sequence_kl"]) <= 0.05 * (1 + 1e-9)
+    assert cli.main([*args, "--max-kl", "0.05", "--no-divergence"]) == 2
+    assert "max_kl: needs the divergence meter" in capsys.readouterr().err
 
 
 def test_decode_greedy_jsonl_prompts_and_rule_spec(checkpoints, capsys, tmp_path):
@@ -122,9 +141,10 @@ def test_decode_greedy_jsonl_prompts_and_rule_spec(checkpoints, capsys, tmp_path
 
 
 def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monkeypatch):
-    monkeypatch.setattr(
-        cli, "default_pair", lambda: (checkpoints["verifier"], checkpoints["draft"])
-    )
+    from cactus_theory.cli.decode import Pair
+
+    pair = Pair(checkpoints["verifier"], checkpoints["draft"], checkpoints["prompts"], "test")
+    monkeypatch.setattr(cli, "default_pair", lambda: pair)
     code = cli.main(
         ["decode", "--rule", "sps", "--max-new-tokens", "3", "--quiet", "--no-baseline"]
     )
@@ -150,6 +170,12 @@ def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monke
         ({"--rule": "sps", "--temperature": "-1"}, "temperature: must be >= 0"),
         ({"--rule": "sps", "--top-p": "1.5"}, "top_p: must lie in (0, 1]"),
         ({"--rule": "sps", "--device": "tpu"}, "device:"),
+        ({"--rule": "cactus:delta=0.5", "--delta": "1"}, "delta: given both in --rule"),
+        ({"--rule": "cactus:delta=0.5,delta=1"}, "delta: given twice"),
+        ({"--verifier": "./missing-model"}, "verifier: path './missing-model' does not exist"),
+        ({"--verifier": "missing.gguf"}, "verifier: path 'missing.gguf' does not exist"),
+        ({"--rule": "sps", "--json": "/proc/version/x.json"}, "json: cannot write"),
+        ({"--rule": "sps", "--max-kl": "1"}, "max_kl: rule 'sps' has no δ"),
     ],
 )
 def test_decode_errors_are_clean(checkpoints, capsys, extra, message):
@@ -164,6 +190,61 @@ def test_decode_errors_are_clean(checkpoints, capsys, extra, message):
         args += ["--rule", "sps"]
     assert cli.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_hub_id_offline_is_one_line_within_seconds(checkpoints, capsys, monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(checkpoints["root"] / "empty-hf-home"))
+    args = decode_args(checkpoints, "--rule", "sps")
+    args[args.index("--verifier") + 1] = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    started = time.perf_counter()
+    assert cli.main(args) == 2
+    error = capsys.readouterr().err
+    assert time.perf_counter() - started < 20
+    assert "verifier: 'HuggingFaceTB/SmolLM2-135M-Instruct' is not a local path" in error
+    assert "HF_HUB_OFFLINE" in error and "Traceback" not in error
+
+
+def test_unreachable_hub_is_one_clear_line(checkpoints, capsys, monkeypatch):
+    from cactus_theory.decode import loading
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(checkpoints["root"] / "empty-hf-home"))
+    monkeypatch.setattr(loading, "_hub_reachable", lambda: False)
+    args = decode_args(checkpoints, "--rule", "sps")
+    args[args.index("--draft") + 1] = "someone/some-model"
+    assert cli.main(args) == 2
+    assert "draft: 'someone/some-model' is not a local path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"text": "x"}\n', 'line 1 of .* has no "prompt" key'),
+        (b'{"prompt": 3}\n', "line 1 of .*: the prompt must be a string, got int"),
+        (b'"ok"\n[1, 2]\n', "line 2 of .*: the prompt must be a string, got list"),
+        (b"not json\n", "line 1 of .* is not JSON"),
+        (b"\n\n", "holds no prompt"),
+    ],
+)
+def test_bad_jsonl_prompts_are_clear_errors(content, message, tmp_path):
+    from cactus_theory.cli.decode import read_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^prompts: .*{message}"):
+        read_prompts(str(path))
+
+
+def test_non_utf8_prompt_file_names_the_file(tmp_path):
+    from cactus_theory.cli.decode import read_prompts
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"^prompts: {path} is not UTF-8 text"):
+        read_prompts(str(path))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -197,6 +278,9 @@ def test_help_lists_the_documented_flags(capsys):
         "--top-p",
         "--max-new-tokens",
         "--seed",
+        "--no-divergence",
+        "--max-kl",
+        "--raw",
     ):
         assert flag in text
 

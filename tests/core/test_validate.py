@@ -114,6 +114,9 @@ def test_bad_rule_parameters(name, params, message):
         ("cactus:delta=abc", "delta: expected a number"),
         ("", "spec: expected"),
         ("topk:k=-3", "k: must be >= 1"),
+        ("cactus:delta=0.5,delta=1", "delta: given twice"),
+        ("cactus-exact:divergence=kl,delta=1,divergence=js", "divergence: given twice"),
+        ("pareto:spread=1,spread=1", "spread: given twice"),
     ],
 )
 def test_bad_rule_specs(spec, message):
@@ -127,6 +130,7 @@ def test_spec_round_trip():
         "cactus:delta=0.5",
         "cactus-exact:delta=0.1,divergence=hellinger",
         "topk:k=5",
+        "pareto:spread=1.0",
     ]:
         assert rules.spec_of(rules.parse(spec)) == spec
 

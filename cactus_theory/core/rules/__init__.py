@@ -92,7 +92,7 @@ def parse(spec: str) -> Rule:
     """A rule from ``name`` or ``name:key=value,...``, e.g. ``parse("cactus-exact:delta=0.5")``.
 
     The inverse of ``spec_of``. Numbers are parsed as float, except ``k`` (int);
-    ``divergence`` stays a string.
+    ``divergence`` stays a string. A key given twice is an error, not "last one wins".
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"spec: expected 'name' or 'name:key=value,...', got {spec!r}")
@@ -103,6 +103,8 @@ def parse(spec: str) -> Rule:
         key = key.strip()
         if not sep:
             raise ValueError(f"spec: expected key=value in {spec!r}, got {item!r}")
+        if key in params:
+            raise ValueError(f"{key}: given twice in {spec!r}")
         if key == "divergence":
             params[key] = value.strip()
             continue
