@@ -143,11 +143,6 @@ class Worst:
         return self.violations == 0
 
 
-def rows_of(*results: dict) -> list[dict]:
-    """Concatenate the ``rows`` of several check results."""
-    return [item for result in results for item in result["rows"]]
-
-
 def _registry() -> list[tuple[str, Callable[[Context], dict]]]:
     from proofs_check import checks_closed_form, checks_exact, checks_laws
 

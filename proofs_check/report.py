@@ -23,8 +23,6 @@ BLOCK_BEGIN = (
 BLOCK_END = "<!-- proofs_check:end -->"
 _PLACEHOLDER = "<!-- proofs_check: generated from the claims report -->"
 
-COLUMNS = ("id", "statement", "verdict", "instances", "worst case", "counterexample")
-
 
 def number(value: Any) -> str:
     """A number in 4 significant digits (integers and strings as they are)."""

@@ -68,10 +68,6 @@ class Corpus:
     names: tuple[str, ...]
     texts: tuple[str, ...]
 
-    @property
-    def num_chars(self) -> int:
-        return sum(len(text) for text in self.texts)
-
 
 def _is_held_out(relative_name: str, held_out: float) -> bool:
     return zlib.crc32(relative_name.encode()) % 1000 < round(1000 * held_out)

@@ -40,7 +40,7 @@ import numpy as np
 from cactus_theory import block, rules, validate
 from cactus_theory.core.processors import PAPER_SETTING, PLAIN_SETTING, SamplingSettings
 from cactus_theory.util import provenance
-from cactus_theory.util.files import atomic_write_bytes
+from cactus_theory.util.files import atomic_write_bytes, check_writable_folder
 from cactus_theory.util.provenance import fingerprint
 from sims import figure_data, montecarlo, realtext, synthetic, tradeoff
 from sims.pools import PairPool
@@ -479,15 +479,7 @@ class CellStore:
 
 def prepare_output(out_dir: object) -> Path:
     """Create ``out_dir`` and check it is writable (ValueError naming ``out`` otherwise)."""
-    path = Path(os.fspath(out_dir))
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(f"out: cannot write to output folder {path} ({error})") from None
-    return path
+    return check_writable_folder("out", os.fspath(out_dir))
 
 
 @dataclass
