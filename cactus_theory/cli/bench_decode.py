@@ -1,51 +1,48 @@
-"""``cactus bench decode``: speculative decoding per rule vs the autoregressive baseline.
+"""``cactus bench decode``: the paper's decoding table, every rule against autoregressive.
 
 One run decodes the same prompts with the same sampling settings and seed for the
-autoregressive baseline and for every (rule, k) pair, and reports side by side:
+autoregressive baseline and every (rule, k) config, in ``--repeats`` interleaved rounds
+(each row keeps its fastest round's tokens/s), and reports side by side: AL (accepted
+drafts per verify step, bonus excluded), tokens per call, tokens/s, the speed-up over the
+baseline, the divergence meter's KL per token, the verifier NLL (nats/token, T = 1), the
+measured per-position acceptance α and cost ratio c, Leviathan's predicted speed-up from
+them, the sampler's share of decode time and the meter's cost relative to a verify step
+(``sims.decode_table`` defines every column). Finished rows are cached (``--cache DIR``),
+so an interrupted run resumes.
 
-- AL: mean accepted drafts per verify step (bonus token excluded, as in the paper), and
-  tokens per verifier call (AL + 1);
-- tokens/s and the speed-up over the baseline (ratio of tokens/s, same run);
-- the verifier-NLL quality proxy: mean negative log-likelihood (nats/token) of the
-  generated tokens under the verifier's raw distribution. Lossless sps matches the
-  baseline up to sampling noise; the lossy rules trade NLL for acceptance.
-
-Defaults: the trained pair (``cactus train-pair``), its held-out prompts, the paper's
-sampling setting (T = 0.6, top-k 20, top-p 0.95), batch size 1 (latency), rules sps,
-cactus δ = 0.75 and 1.0, frontier δ = 0.75 and 1.0, at k = 5 and 10. Timing: the whole
-table runs ``--repeats`` times (default 3) in interleaved rounds and every row keeps its
-fastest round (``measure``), so ratios survive a noisy shared machine.
+Defaults: the default pair and its prompts, the paper's sampling setting (T = 0.6, top-k
+20, top-p 0.95), batch size 1 (latency), rules sps, tas, cactus δ = 0.5 and 1,
+cactus-exact δ = 1, frontier δ = 1, at k = 3, 5 and 10.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
-from cactus_theory.cli.decode import add_model_arguments, generate_all, setup_from_args, warm_up
-from cactus_theory.core import rules
-from cactus_theory.util.files import atomic_write_json, check_writable
+from cactus_theory.cli.decode import add_model_arguments, run_settings, setup_from_args
+from cactus_theory.util.files import atomic_write_json, check_writable, check_writable_folder
 
-DEFAULT_RULES = (
-    "sps",
-    "cactus:delta=0.75",
-    "cactus:delta=1.0",
-    "frontier:delta=0.75",
-    "frontier:delta=1.0",
-)
-DEFAULT_KS = (5, 10)
+DEFAULT_PROMPTS = 24
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from sims.decode_table import PAPER_KS, PAPER_RULES
+
     add_model_arguments(parser)
-    parser.set_defaults(batch_size=1, num_prompts=8)
+    parser.set_defaults(batch_size=1, num_prompts=DEFAULT_PROMPTS)
     parser.add_argument(
         "--rule",
         action="append",
-        help=f"rule spec, repeatable (default: {', '.join(DEFAULT_RULES)})",
+        help=f"rule spec, repeatable (default: {', '.join(PAPER_RULES)})",
     )
     parser.add_argument(
-        "-k", type=int, nargs="+", default=list(DEFAULT_KS), help="draft lengths (default 5 10)"
+        "-k",
+        type=int,
+        nargs="+",
+        default=list(PAPER_KS),
+        help=f"draft lengths (default {' '.join(map(str, PAPER_KS))})",
     )
     parser.add_argument(
         "--repeats",
@@ -53,99 +50,109 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=3,
         help="rounds over the whole table; each row keeps its fastest round (default 3)",
     )
+    parser.add_argument(
+        "--cache", metavar="DIR", help="cache finished rows here, so a rerun resumes"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
 
 
-def measure(setup, args, configs: list[tuple], repeats: int) -> list[tuple]:
-    """Decode every (rule, k) config ``repeats`` times, in interleaved rounds (config 1..n,
-    then again): a slow spell on a shared machine then hits every config alike instead of
-    one row. Returns per config (first round's totals, fastest tokens/s, rounds agree).
-    Each round reseeds the generator, so the tokens (AL, NLL) should match in every round;
-    ``rounds agree`` is False where they did not (nondeterministic kernels on a GPU)."""
-    first: list = [None] * len(configs)
-    fastest = [0.0] * len(configs)
-    agree = [True] * len(configs)
-    for _ in range(repeats):
-        for index, (rule, k) in enumerate(configs):
-            totals = generate_all(setup, args, rule, k, baseline=rule is None)
-            if first[index] is None:
-                first[index] = totals
-            elif totals.accepted != first[index].accepted:
-                agree[index] = False
-            fastest[index] = max(fastest[index], totals.tokens_per_second)
-    return list(zip(first, fastest, agree, strict=True))
+def table_lines(table: dict) -> list[str]:
+    """The table as aligned text lines."""
+    header = (
+        f"{'rule':<24} {'k':>3} {'AL':>5} {'tok/call':>8} {'tokens/s':>9} {'speed-up':>8} "
+        f"{'KL/token':>9} {'NLL':>6} {'α':>5} {'c':>5} {'pred.':>6} {'sampler':>7} {'meter':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in table["rows"]:
+        kl = "-" if row["kl_per_token"] is None else f"{row['kl_per_token']:.4f}"
+        extra = "".join(
+            f" {row[key]:>{width}.{digits}f}{suffix}"
+            if key in row
+            else f" {'-':>{width + len(suffix)}}"
+            for key, width, digits, suffix in (
+                ("alpha", 5, 2, ""),
+                ("cost_ratio", 5, 3, ""),
+                ("predicted_speedup", 5, 2, "x"),
+                ("sampler_share", 6, 1, "%"),
+                ("meter_over_verify", 5, 1, "%"),
+            )
+        )
+        lines.append(
+            f"{row['label']:<24} {row['k']:>3} {row['acceptance_length']:>5.2f} "
+            f"{row['tokens_per_call']:>8.2f} {row['tokens_per_second']:>9.1f} "
+            f"{row['speedup']:>7.2f}x {kl:>9} {row['verifier_nll']:>6.3f}"
+            + extra.replace(" %", "%")
+        )
+    return lines
+
+
+def _percent(table: dict) -> dict:
+    """Shares as percentages for printing (the JSON keeps fractions)."""
+    rows = []
+    for row in table["rows"]:
+        row = dict(row)
+        for key in ("sampler_share", "meter_over_verify"):
+            if key in row:
+                row[key] = 100 * row[key]
+        rows.append(row)
+    return {**table, "rows": rows}
 
 
 def run(args: argparse.Namespace, default_pair: Callable) -> int:
+    import torch
+
+    from sims import decode_table
+
     if args.json:
         check_writable("json", args.json)
-    chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
-    if any(k < 1 for k in args.k):
-        raise ValueError(f"k: every draft length must be >= 1, got {args.k}")
+    if args.cache:
+        check_writable_folder("cache", args.cache)
     if args.repeats < 1:
         raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
+    decoding = run_settings(args)
+    settings = decode_table.TableSettings(
+        rules=tuple(args.rule) if args.rule else decode_table.PAPER_RULES,
+        ks=tuple(args.k),
+        num_prompts=args.num_prompts or DEFAULT_PROMPTS,
+        max_new_tokens=args.max_new_tokens,
+        sampling=decoding.sampling,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        repeats=args.repeats,
+    )
     setup = setup_from_args(args, default_pair)
-    warm_up(setup, args, chosen[0], args.k[0])
-    configs = [(None, None)] + [(rule, k) for k in args.k for rule in chosen]
-    (baseline, baseline_speed, _), *speculative = measure(setup, args, configs, args.repeats)
-    rows = [
-        {
-            "rule": "autoregressive",
-            "k": 0,
-            "acceptance_length": 0.0,
-            "tokens_per_call": 1.0,
-            "tokens_per_second": baseline_speed,
-            "speedup": 1.0,
-            "verifier_nll": baseline.nll,
-            "tokens": baseline.tokens,
-            "rounds_agree": True,
-        }
-    ]
-    for (rule, k), (totals, speed, agree) in zip(configs[1:], speculative, strict=True):
-        rows.append(
-            {
-                "rule": rule.label,
-                "k": k,
-                "acceptance_length": totals.acceptance_length,
-                "tokens_per_call": totals.tokens_per_call,
-                "tokens_per_second": speed,
-                "speedup": speed / max(baseline_speed, 1e-12),
-                "verifier_nll": totals.nll,
-                "tokens": totals.tokens,
-                "rounds_agree": agree,
-            }
-        )
-    settings = f"T={args.temperature:g}, top-k={args.top_k or 'off'}, top-p={args.top_p:g}"
+    table = decode_table.run(
+        setup,
+        settings,
+        Path(args.cache) if args.cache else None,
+        device=args.device,
+        dtype=args.dtype,
+        threads=torch.get_num_threads(),
+    )
+    sampling = settings.sampling
     print(
-        f"\n{len(setup.prompts)} prompts x {args.max_new_tokens} new tokens, batch "
-        f"{args.batch_size}, {settings}, {args.device} {args.dtype}, seed {args.seed}; "
-        f"tokens/s: fastest of {args.repeats} interleaved rounds"
+        f"\n{len(setup.prompts)} prompts x {settings.max_new_tokens} new tokens, batch "
+        f"{settings.batch_size}, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
+        f"top-p={sampling.top_p:g}, {args.device} {args.dtype}, {torch.get_num_threads()} "
+        f"threads, seed {settings.seed}; tokens/s: fastest of {settings.repeats} interleaved "
+        f"rounds{'; chat template' if setup.chat else ''}"
     )
     print(f"verifier {setup.pair.verifier}\ndraft    {setup.pair.draft}")
-    header = (
-        f"{'rule':<22} {'k':>3} {'AL':>6} {'tok/call':>9} {'tokens/s':>10} {'speed-up':>9} "
-        f"{'NLL':>7}"
-    )
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        print(
-            f"{row['rule']:<22} {row['k']:>3} {row['acceptance_length']:>6.2f} "
-            f"{row['tokens_per_call']:>9.2f} "
-            f"{row['tokens_per_second']:>10,.1f} {row['speedup']:>8.2f}x "
-            f"{row['verifier_nll']:>7.3f}"
-        )
+    print("\n".join(table_lines(_percent(table))))
     print(
-        "AL = accepted drafts per verify step (bonus excluded); tok/call = AL + 1; "
-        "NLL = verifier negative log-likelihood of the "
-        "generated tokens (nats/token, T=1)"
+        "AL = accepted drafts per verify step (bonus excluded); tok/call = tokens per verifier "
+        "call; KL/token = the meter's exact KL(emitted ‖ verifier) per generated token; NLL = "
+        "verifier negative log-likelihood (nats/token, T=1); α = per-position acceptance; "
+        "c = draft cost per draft token / autoregressive cost per token; pred. = Leviathan's "
+        "(1 − α^(k+1)) / ((1 − α)(kc + 1)); sampler = the rule's share of decode time; "
+        "meter = the divergence meter's cost / the verify step's"
     )
-    differing = [row["rule"] + f" k={row['k']}" for row in rows if not row["rounds_agree"]]
+    differing = [f"{row['label']} k={row['k']}" for row in table["rows"] if not row["rounds_agree"]]
     if differing:
         print(
-            "note: rounds decoded different tokens for " + ", ".join(differing) + " (AL and "
-            "NLL are from the first round; nondeterministic kernels?)"
+            "note: rounds decoded different tokens for " + ", ".join(differing) + " (statistics "
+            "are from the first round; nondeterministic kernels?)"
         )
     if args.json:
-        atomic_write_json(args.json, {"rows": rows}, indent=2)
+        atomic_write_json(args.json, table, indent=2)
     return 0

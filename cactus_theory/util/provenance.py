@@ -32,14 +32,19 @@ def fingerprint(*parts: object) -> str:
 
 
 def source_fingerprint(*packages: str) -> str:
-    """A short sha256 of every ``.py`` file (path and bytes) under the named packages,
-    given as paths from the repository root (``"sims"``, ``"cactus_theory/core"``)."""
+    """A short sha256 of every ``.py`` file (path and bytes) under the named packages or
+    files, given as paths from the repository root (``"sims"``, ``"cactus_theory/core"``,
+    ``"sims/decode_table.py"``)."""
     digest = hashlib.sha256()
     for package in packages:
         folder = _REPOSITORY / package
-        if not folder.is_dir():
+        if folder.is_file() and folder.suffix == ".py":
+            files = [folder]
+        elif folder.is_dir():
+            files = sorted(folder.rglob("*.py"))
+        else:
             raise ValueError(f"packages: {package!r} is not a package of this repository")
-        for path in sorted(folder.rglob("*.py")):
+        for path in files:
             digest.update(str(path.relative_to(_REPOSITORY)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

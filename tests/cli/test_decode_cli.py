@@ -141,7 +141,7 @@ def test_decode_greedy_jsonl_prompts_and_rule_spec(checkpoints, capsys, tmp_path
 
 
 def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monkeypatch):
-    from cactus_theory.cli.decode import Pair
+    from cactus_theory.decode.runs import Pair
 
     pair = Pair(checkpoints["verifier"], checkpoints["draft"], checkpoints["prompts"], "test")
     monkeypatch.setattr(cli, "default_pair", lambda: pair)
@@ -230,7 +230,7 @@ def test_unreachable_hub_is_one_clear_line(checkpoints, capsys, monkeypatch):
     ],
 )
 def test_bad_jsonl_prompts_are_clear_errors(content, message, tmp_path):
-    from cactus_theory.cli.decode import read_prompts
+    from cactus_theory.decode.runs import read_prompts
 
     path = tmp_path / "p.jsonl"
     path.write_bytes(content)
@@ -239,7 +239,7 @@ def test_bad_jsonl_prompts_are_clear_errors(content, message, tmp_path):
 
 
 def test_non_utf8_prompt_file_names_the_file(tmp_path):
-    from cactus_theory.cli.decode import read_prompts
+    from cactus_theory.decode.runs import read_prompts
 
     path = tmp_path / "latin1.txt"
     path.write_bytes("café\n".encode("latin-1"))
