@@ -67,16 +67,49 @@ def _renormalised(probs: Tensor, keep: Tensor) -> Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
+def _top_k_first(scores: Tensor, settings: SamplingSettings) -> Tensor:
+    """The processed rows [R, V] of scores [R, V] from the top-k logits alone; rows with a
+    tie at the top-k boundary go through the general path (which keeps every tied token).
+
+    Temperature preserves the order, so the top-k set is the k largest logits; the
+    softmax renormalised over that set is the softmax of those k logits / T; top-p then
+    runs on the k values, already sorted in descending order; the result is scattered into
+    a zero row. Mathematically the general path's result; one top-k over V instead of a
+    softmax, two renormalisations and a top-k over V.
+    """
+    top_k = settings.top_k
+    values, index = torch.topk(scores, top_k + 1, dim=-1)  # [R, k+1] descending
+    tied = values[:, top_k] == values[:, top_k - 1]  # [R] a tie at the boundary
+    values, index = values[:, :top_k], index[:, :top_k]  # [R, k]
+    small = torch.softmax(values / settings.temperature, dim=-1)  # [R, k]
+    if settings.top_p < 1.0:
+        small = _renormalised(small, top_p_mask(small, settings.top_p, top_k))
+    probs = torch.zeros_like(scores).scatter_(-1, index, small)  # [R, V]
+    if bool(tied.any()):
+        probs[tied] = _general(scores[tied], settings)
+    return probs
+
+
 def process_logits(logits: Tensor, settings: SamplingSettings = PLAIN_SETTING) -> Tensor:
     """Processed probabilities [..., V] from logits (−inf allowed for masked tokens).
 
     Computes in float32 (float64 for float64 logits). No validation of values: the
     decoder's logits come from a model; use ``cactus_theory.processors`` to validate.
+    With top-k set (k < V) and no tie at the top-k boundary, only the k largest logits
+    are processed (``_top_k_first``): the same law without a pass of softmax over V.
     """
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     scores = logits.to(dtype)
     if settings.temperature == 0:
         return greedy_rows(scores)
+    if settings.top_k and settings.top_k < scores.shape[-1] and scores.numel():
+        rows = scores.reshape(-1, scores.shape[-1])  # [R, V]
+        return _top_k_first(rows, settings).reshape(scores.shape)
+    return _general(scores, settings)
+
+
+def _general(scores: Tensor, settings: SamplingSettings) -> Tensor:
+    """temperature -> top-k -> top-p over whole rows [..., V] (T > 0)."""
     probs = torch.softmax(scores / settings.temperature, dim=-1)
     keep = top_k_mask(probs, settings.top_k)
     probs = _renormalised(probs, keep)

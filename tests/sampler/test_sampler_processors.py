@@ -95,3 +95,22 @@ def test_top_p_on_the_top_k_candidates_equals_the_full_sort(top_k):
         fast = torch_processors.top_p_mask(probs, top_p, candidates)
         assert torch.equal(full, fast)
         assert full.any(dim=-1).all()
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.95, 0.5])
+@pytest.mark.parametrize("top_k", [1, 20, 63])
+def test_the_top_k_first_path_equals_the_general_path(top_k, top_p):
+    """With top-k set, rows without a tie at the k-th logit are processed from their k
+    largest logits alone; rows with such a tie take the general path. Both kinds sit in
+    one batch here (the tie rows are counted), and every row equals the general path."""
+    from cactus_theory.sampler import processors as torch_processors
+
+    logits = torch.tensor(logits_with_ties(4, rows=200, vocab=64))
+    settings = SamplingSettings(temperature=0.6, top_k=top_k, top_p=top_p)
+    values = torch.sort(logits, dim=-1, descending=True).values
+    tied = values[:, top_k] == values[:, top_k - 1]
+    assert 0 < int(tied.sum()) < len(logits)  # both paths are exercised
+    fast = torch_processors.process_logits(logits, settings)
+    general = torch_processors._general(logits, settings)
+    assert torch.equal(fast > 0, general > 0)
+    torch.testing.assert_close(fast, general, rtol=1e-12, atol=1e-15)
