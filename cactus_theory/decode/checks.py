@@ -52,6 +52,9 @@ def model_device(model, name: str) -> torch.device:
 
 
 def vocab_size(model) -> int:
+    """The size of the model's output layer (a feature draft's is its verifier's head)."""
+    if not hasattr(model, "get_output_embeddings"):
+        return int(model.vocab_size)
     embeddings = model.get_output_embeddings()
     if embeddings is not None and hasattr(embeddings, "weight"):
         return int(embeddings.weight.shape[0])

@@ -60,7 +60,12 @@ from cactus_theory import sampler
 from cactus_theory.core import validate
 from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.core.rules.base import Rule
-from cactus_theory.decode.cache import CachedModel, DraftCache, positions_of_prompt
+from cactus_theory.decode.cache import (
+    CachedModel,
+    DraftCache,
+    FeatureDraftCache,
+    positions_of_prompt,
+)
 from cactus_theory.decode.checks import (
     check_context,
     check_generator,
@@ -72,6 +77,7 @@ from cactus_theory.decode.checks import (
     sampling_settings,
     vocab_size,
 )
+from cactus_theory.decode.feature_draft import FeatureDraft
 from cactus_theory.decode.meter import KLBudget, StepDivergence, positions_below, step_divergence
 from cactus_theory.sampler.processors import process_logits
 
@@ -278,14 +284,18 @@ class Active:
         self.count, self.limit = self.count[keep], self.limit[keep]
 
 
-def start(prepared: Prepared, models: list[CachedModel], clock) -> Active:
-    """Prefill every model with the prompts without their last token; the loop state."""
+def start(prepared: Prepared, target: CachedModel, drafter, clock) -> Active:
+    """Prefill the verifier and the drafter (if any) with the prompts without their last
+    token (a feature draft also gets the verifier's features there); the loop state."""
     ids, mask = prepared.input_ids, prepared.mask
     with clock("prefill"):
         if ids.shape[1] > 1:
             prefix, prefix_mask = ids[:, :-1], mask[:, :-1]  # [B, P-1]
-            for model in models:
-                model.forward(prefix, prefix_mask, positions_of_prompt(prefix_mask), keep=1)
+            positions = positions_of_prompt(prefix_mask)
+            features = drafter is not None and drafter.needs_features
+            output = target.forward(prefix, prefix_mask, positions, keep=1, hidden=features)
+            if drafter is not None:
+                drafter.prefill(prefix, prefix_mask, positions, output[1] if features else None)
     count = mask.sum(dim=1)  # [B]
     rows = torch.arange(ids.shape[0], device=prepared.device)
     return Active(rows, ids[:, -1], count, count + prepared.max_new_tokens - 1)
@@ -311,31 +321,32 @@ def uniforms(count: int, generator, device) -> Tensor:
 # --- the steps of one speculative iteration --------------------------------------------------
 
 
-def draft_step(
-    drafter: DraftCache, active: Active, steps: int, prepared: Prepared
-) -> tuple[Tensor, Tensor]:
+def draft_step(drafter, active: Active, steps: int, prepared: Prepared) -> tuple[Tensor, Tensor]:
     """Sample ``steps`` (K) draft tokens per row: (draft_ids [A, K], draft_probs [A, K, V])."""
     ids, laws = [], []
-    logits = drafter.feed_last(active.last, active.count, active.limit)  # [A, V]
+    logits = drafter.first(active.last, active.count, active.limit)  # [A, V]
     for step in range(steps):
         law = process_logits(logits, prepared.settings)  # [A, V] the p the token is drawn from
         token = sampler.inverse_cdf(law, uniforms(len(law), prepared.generator, law.device))
         ids.append(token)
         laws.append(law)
         if step + 1 < steps:
-            positions = torch.minimum(active.count + step, active.limit)[:, None]  # [A, 1]
-            logits = drafter.forward(token[:, None], torch.ones_like(token[:, None]), positions)
-            logits = logits[:, -1]
+            positions = torch.minimum(active.count + step, active.limit)  # [A]
+            logits = drafter.next(token, positions)  # [A, V]
     return torch.stack(ids, dim=1), torch.stack(laws, dim=1)
 
 
-def verify_step(target: CachedModel, active: Active, draft_ids: Tensor, prepared) -> Tensor:
-    """One verifier forward over [last, d_1..d_K]: the processed laws q [A, K+1, V]."""
+def verify_step(
+    target: CachedModel, active: Active, draft_ids: Tensor, prepared, features: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """One verifier forward over [last, d_1..d_K]: the processed laws q [A, K+1, V], and
+    with ``features`` the verifier's last hidden states there [A, K+1, H] (else None)."""
     block = torch.cat([active.last[:, None], draft_ids], dim=1)  # [A, K+1]
     offsets = torch.arange(block.shape[1], device=block.device)[None, :]  # [1, K+1]
     positions = torch.minimum((active.count - 1)[:, None] + offsets, active.limit[:, None])
-    logits = target.forward(block, torch.ones_like(block), positions)  # [A, K+1, V]
-    return process_logits(logits, prepared.settings)
+    output = target.forward(block, torch.ones_like(block), positions, hidden=features)
+    logits, hidden = output if features else (output, None)  # [A, K+1, V], [A, K+1, H]
+    return process_logits(logits, prepared.settings), hidden
 
 
 def sample_step(
@@ -418,17 +429,14 @@ def commit_step(
 
 
 def rollback_step(
-    target: CachedModel, drafter: DraftCache, draft_ids: Tensor, accepted: Tensor
+    target: CachedModel, drafter, draft_ids: Tensor, accepted: Tensor, active: Active, features
 ) -> None:
-    """Keep each row's committed slots; a row that accepted all K drafts leaves d_K
-    pending in the draft cache."""
-    steps = draft_ids.shape[1]
-    offsets = torch.arange(steps + 1, device=accepted.device)[None, :]  # [1, K+1]
-    target.keep(offsets <= accepted[:, None])  # last, d_1 .. d_a
-    if steps > 1:
-        drafter.keep(offsets[:, 1:steps] <= accepted[:, None])  # fed d_1 .. d_{K−1}
-    drafter.pending = draft_ids[:, -1]
-    drafter.has_pending = accepted == steps
+    """Keep each row's committed slots in the verifier cache (last, d_1 .. d_a); the
+    drafter keeps what its kind keeps (``cache.DraftCache.rollback``,
+    ``cache.FeatureDraftCache.rollback``)."""
+    offsets = torch.arange(draft_ids.shape[1] + 1, device=accepted.device)[None, :]  # [1, K+1]
+    target.keep(offsets <= accepted[:, None])
+    drafter.rollback(draft_ids, accepted, active.last, features)
 
 
 # --- speculative decoding --------------------------------------------------------------------
@@ -484,8 +492,9 @@ def speculative_generate(
     clock = Clock(prepared.device)
     started = time.perf_counter()
     target = CachedModel(verifier, batch, prepared.device)
-    drafter = DraftCache(draft, batch, prepared.device)
-    active = start(prepared, [target, drafter], clock)
+    kind = FeatureDraftCache if isinstance(draft, FeatureDraft) else DraftCache
+    drafter = kind(draft, batch, prepared.device)
+    active = start(prepared, target, drafter, clock)
     accepted_log, drafts_log = [], []
 
     while not all(progress.finished):
@@ -503,7 +512,9 @@ def speculative_generate(
                     len(num_drafts), 0, prepared.vocab, device=prepared.device
                 )
         with clock("verify"):
-            target_probs = verify_step(target, active, draft_ids, prepared)  # [A, K+1, V]
+            target_probs, features = verify_step(  # [A, K+1, V], [A, K+1, H] or None
+                target, active, draft_ids, prepared, drafter.needs_features
+            )
         rules_per_row, measured = [rule] * len(num_drafts), None
         if budget is not None:
             with clock("meter"):
@@ -525,10 +536,7 @@ def speculative_generate(
             budget.spend(
                 active.rows, torch.tensor(realised, dtype=torch.float64, device=prepared.device)
             )
-        if steps:
-            rollback_step(target, drafter, draft_ids, accepted)
-        else:
-            target.keep(torch.ones_like(accepted[:, None]))
+        rollback_step(target, drafter, draft_ids, accepted, active, features)
         retire(progress, active, [target, drafter])
 
     timing = clock.finish(started, verifier_calls=len(accepted_log), draft_calls=drafter.calls)
@@ -585,7 +593,7 @@ def autoregressive_generate(
     clock = Clock(prepared.device)
     started = time.perf_counter()
     model = CachedModel(verifier, batch, prepared.device)
-    active = start(prepared, [model], clock)
+    active = start(prepared, model, None, clock)
     steps = 0
     while not all(progress.finished):
         steps += 1
