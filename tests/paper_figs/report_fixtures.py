@@ -45,3 +45,67 @@ def fake_claims(folder, *, quick, seed, progress):
     (folder / "claims.json").write_text(json.dumps(FAKE_CLAIMS))
     (folder / "claims.md").write_text("claims (fake)\n")
     return FAKE_CLAIMS
+
+
+FAKE_REAL_MODEL = {
+    "pair": "fake",
+    "verifier": "verifier-folder",
+    "draft": "draft-folder",
+    "dtype": "bfloat16",
+    "threads": 1,
+    "settings": {
+        "num_prompts": 2,
+        "max_new_tokens": 8,
+        "batch_size": 1,
+        "seed": 0,
+        "sampling": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
+    },
+    "rows": [
+        {
+            "rule": "autoregressive",
+            "label": "autoregressive",
+            "k": 0,
+            "acceptance_length": 0.0,
+            "tokens_per_call": 1.0,
+            "tokens_per_second": 10.0,
+            "speedup": 1.0,
+            "kl_per_token": None,
+            "verifier_nll": 1.2,
+        },
+        {
+            "rule": "sps",
+            "label": "sps",
+            "k": 5,
+            "acceptance_length": 1.5,
+            "tokens_per_call": 2.5,
+            "tokens_per_second": 14.0,
+            "speedup": 1.4,
+            "kl_per_token": 0.0,
+            "verifier_nll": 1.2,
+            "alpha": 0.5,
+            "cost_ratio": 0.1,
+            "predicted_speedup": 1.3,
+            "sampler_share": 0.02,
+        },
+        {
+            "rule": "cactus:delta=1.0",
+            "label": "cactus(δ=1.0)",
+            "k": 5,
+            "acceptance_length": 2.5,
+            "tokens_per_call": 3.5,
+            "tokens_per_second": 19.0,
+            "speedup": 1.9,
+            "kl_per_token": 0.05,
+            "verifier_nll": 1.3,
+            "alpha": 0.7,
+            "cost_ratio": 0.1,
+            "predicted_speedup": 2.0,
+            "sampler_share": 0.02,
+        },
+    ],
+}
+
+
+def fake_real_model(folder, *, quick, progress):
+    (folder / "real_model.json").write_text(json.dumps(FAKE_REAL_MODEL))
+    return FAKE_REAL_MODEL

@@ -7,7 +7,7 @@ import types
 
 import numpy as np
 import pytest
-from report_fixtures import FAKE_CLAIMS, fake_claims
+from report_fixtures import FAKE_CLAIMS, FAKE_REAL_MODEL, fake_claims, fake_real_model
 
 from cactus_theory.cli import dispatch as cli
 from paper_figs import report
@@ -19,7 +19,13 @@ from sims import sweep
 def built(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
     result = report.build(
-        folder, quick=True, seed=0, progress=False, config=sweep.TINY, claims_runner=fake_claims
+        folder,
+        quick=True,
+        seed=0,
+        progress=False,
+        config=sweep.TINY,
+        claims_runner=fake_claims,
+        real_model=fake_real_model,
     )
     return folder, result
 
@@ -36,6 +42,7 @@ def test_report_writes_every_figure_table_and_csv(built):
         "fig5_gamma",
         "fig6_example",
         "fig7_sequence_kl",
+        "fig8_real_model",
     ]
     for figure in result.figures:
         assert figure.png.stat().st_size > 10_000 and figure.svg.stat().st_size > 10_000
@@ -103,6 +110,25 @@ def test_figure_numbers(built):
     # Figure 7: SpS emits q, so its sequence divergence is 0 at every length.
     sps = figures["fig7_sequence_kl"].series["sps"]
     assert all(abs(value) < 1e-12 for _, value in sps)
+    # Figure 8 plots the real-model table's (KL per token, AL, speed-up) per rule and k.
+    plotted = figures["fig8_real_model"].series
+    assert plotted == {
+        f"{row['rule']} k={row['k']}": (
+            row["kl_per_token"],
+            row["acceptance_length"],
+            row["speedup"],
+        )
+        for row in FAKE_REAL_MODEL["rows"][1:]
+    }
+
+
+def test_the_real_model_table_is_on_the_page(built):
+    _, result = built
+    page = result.html.read_text()
+    assert "Real model: the paper's table" in page and "cactus(δ=1.0)" in page
+    assert "1.90x" in page and "0.0500" in page  # speed-up and KL/token of the fake row
+    unavailable = report.real_model_table({"unavailable": "ImportError: no torch"})
+    assert "Unavailable" in unavailable and "no torch" in unavailable
 
 
 def test_run_claims_calls_proofs_check_and_saves_json(tmp_path, monkeypatch):
@@ -180,7 +206,14 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "start_claims", start)
     monkeypatch.setattr(sweep, "run", broken_sweep)
     with pytest.raises(ValueError, match="ks"):
-        report.build(tmp_path / "out", quick=False, seed=0, progress=False, config=sweep.TINY)
+        report.build(
+            tmp_path / "out",
+            quick=False,
+            seed=0,
+            progress=False,
+            config=sweep.TINY,
+            real_model=False,
+        )
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started
     assert pending.process.poll() is not None

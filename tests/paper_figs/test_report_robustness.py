@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from report_fixtures import fake_claims
+from report_fixtures import fake_claims, fake_real_model
 
 from cactus_theory.util import process
 from paper_figs import report
@@ -27,7 +27,9 @@ import sys
 from paper_figs import report
 from sims import sweep
 {patch}
-report.build(sys.argv[1], quick=True, seed=0, progress=False, config=sweep.TINY)
+report.build(
+    sys.argv[1], quick=True, seed=0, progress=False, config=sweep.TINY, real_model=False
+)
 """
 linux_only = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
 
@@ -93,7 +95,9 @@ def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
     job = start_job(out)
     try:
         with pytest.raises(ValueError, match="^out: another run is writing to"):
-            report.build(out, quick=True, seed=0, progress=False, config=sweep.TINY)
+            report.build(
+                out, quick=True, seed=0, progress=False, config=sweep.TINY, real_model=False
+            )
     finally:
         job.kill()
         job.wait(30)
@@ -169,13 +173,22 @@ def test_the_page_renders_from_its_folder_alone(tmp_path):
     """Every src/href is a relative path to a file in the output folder or an anchor on
     the page: moving the folder keeps the page whole, and nothing is fetched."""
     out = tmp_path / "out"
-    built = report.build(out, seed=0, progress=False, config=sweep.TINY, claims_runner=fake_claims)
+    built = report.build(
+        out,
+        seed=0,
+        progress=False,
+        config=sweep.TINY,
+        claims_runner=fake_claims,
+        real_model=fake_real_model,
+    )
     moved = tmp_path / "moved"
     out.rename(moved)
     parser = _Links()
     page = (moved / built.html.name).read_text(encoding="utf-8")
     parser.feed(page)
-    anchors = {f"#{name}" for name in ("summary", "figures", "simulation", "claims", "data")}
+    anchors = {
+        f"#{name}" for name in ("summary", "real-model", "figures", "simulation", "claims", "data")
+    }
     assert parser.links
     for link in parser.links:
         assert "://" not in link and not link.startswith("/"), link
