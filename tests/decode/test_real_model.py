@@ -1,0 +1,84 @@
+"""The decoder on the real default pair: SmolLM2-135M-Instruct and its shipped feature draft.
+
+Runs only when the verifier is already in the cache (``sims.smollm``: the GGUF converted
+to ``verifier-hf``, which ``cactus decode`` or ``cactus report`` builds on first use); it
+skips, saying so, otherwise, so CI needs no network.
+
+Oracle: SmolLM2's own greedy ``generate`` (``do_sample=False``), batched with left padding
+and ragged prompt lengths. At temperature 0 every rule must reproduce it token for token,
+because q is one-hot and every rule's emitted law is then q. Second check: a sampled run
+in the paper's setting keeps the decoder's guarantees on the real model (ids in range,
+lengths, meter non-negative) and its drafts are accepted far more often than chance.
+"""
+
+import pytest
+import torch
+
+from cactus_theory import decode
+from cactus_theory.decode.feature_draft import FeatureDraft
+from sims import smollm
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+VERIFIER = smollm.folder() / "verifier-hf"
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a Python function that adds two numbers.",
+    "List three colours.",
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    if not (VERIFIER / "config.json").is_file():
+        pytest.skip(f"the real verifier is not in the cache ({VERIFIER}); run `cactus decode`")
+    if not (smollm.DRAFT_FOLDER / "feature_draft.pt").is_file():
+        pytest.skip(f"no shipped draft in {smollm.DRAFT_FOLDER}; run `cactus train-draft`")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(VERIFIER)
+    verifier = AutoModelForCausalLM.from_pretrained(VERIFIER, dtype=torch.float32).eval()
+    draft = FeatureDraft.load(smollm.DRAFT_FOLDER, verifier)
+    rows = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        for prompt in PROMPTS
+    ]
+    rows = [list(row["input_ids"]) if isinstance(row, dict) else list(row) for row in rows]
+    width = max(len(row) for row in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])  # [B, P]
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])  # [B, P]
+    return verifier, draft, ids, mask, pad
+
+
+def test_every_rule_reproduces_smollm2_greedy_generate_batched(pair):
+    verifier, draft, ids, mask, pad = pair
+    with torch.no_grad():
+        reference = verifier.generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=24,
+            pad_token_id=pad, eos_token_id=[],
+        )  # fmt: skip
+    for rule in ("sps", "tas", "cactus:delta=1.0", "cactus-exact:delta=1.0", "frontier:delta=1.0"):
+        result = decode.speculative_generate(
+            verifier, draft, ids, rule=rule, k=5, max_new_tokens=24, temperature=0,
+            attention_mask=mask, pad_token_id=pad, eos_token_id=[],
+        )  # fmt: skip
+        assert torch.equal(result.sequences, reference), rule
+
+
+def test_sampled_decoding_on_the_real_pair_keeps_the_guarantees(pair):
+    verifier, draft, ids, mask, pad = pair
+    result = decode.speculative_generate(
+        verifier, draft, ids, rule="cactus:delta=1.0", k=5, max_new_tokens=32,
+        temperature=0.6, top_k=20, top_p=0.95, attention_mask=mask, pad_token_id=pad,
+        eos_token_id=[], generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    generated = result.sequences[:, ids.shape[1] :]  # [B, 32]
+    assert result.num_generated.tolist() == [32] * len(PROMPTS)
+    assert int(generated.min()) >= 0 and int(generated.max()) < verifier.config.vocab_size
+    assert result.kl_per_token >= 0
+    # A draft that guessed at random would be accepted with probability ~1/20 per token;
+    # the distilled draft is accepted most of the time.
+    assert result.acceptance_length > 1.0
