@@ -20,7 +20,7 @@ from cactus_theory import divergences, gamma, rules, sampler, validate
 from cactus_theory import verify as reference
 from cactus_theory.core.rules.frontier import frontier_constants
 from cactus_theory.sampler import gamma as torch_gamma
-from cactus_theory.sampler import verify_step
+from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler.rules import frontier as torch_frontier
 
 RULE_SPECS = [
@@ -97,14 +97,27 @@ def reference_details(rule, target, draft, ids, accept_u, sample_u):
     return tokens, accepted, decision_tie.any(axis=1), sample_tie
 
 
+def use_two_level(monkeypatch, block=4):
+    """Force the two-level inverse CDF (blocks of ``block`` tokens) on small rows: on CPU
+    the row-by-row emission of ``verify_step._emit_rows``."""
+    monkeypatch.setattr(emit, "BLOCK", block)
+    monkeypatch.setattr(emit, "TWO_LEVEL_MIN_VOCAB", 0)
+
+
+SAMPLINGS = ["one-level", "two-level"]
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])
 @pytest.mark.parametrize("spec", RULE_SPECS)
-def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
+def test_float64_inputs_give_identical_tokens(spec, per_position, sampling, monkeypatch):
     # Small blocks are evaluated in one call; larger ones position by position on the rows
     # still running (verify_step.WHOLE_BLOCK_ELEMENTS). Both must make the reference's
-    # decisions.
+    # decisions, with either inverse CDF (one cumulative sum, or block sums then a block).
     if per_position:
         monkeypatch.setattr(verify_step, "WHOLE_BLOCK_ELEMENTS", 0)
+    if sampling == "two-level":
+        use_two_level(monkeypatch, block=5)  # V = 16: three full blocks and a short one
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=1)
     tokens, accepted = sampler.verify(
@@ -121,8 +134,11 @@ def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
     np.testing.assert_array_equal(tokens.cpu().numpy(), ref_tokens)
 
 
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("spec", RULE_SPECS)
-def test_float32_inputs_agree_except_counted_near_ties(spec):
+def test_float32_inputs_agree_except_counted_near_ties(spec, sampling, monkeypatch):
+    if sampling == "two-level":
+        use_two_level(monkeypatch)
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=2, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
@@ -176,7 +192,10 @@ def test_half_precision_inputs_are_computed_in_float32(spec, dtype):
         "interp:alpha=0.5",
     ],
 )
-def test_dense_reference_path_matches(spec):
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_dense_reference_path_matches(spec, sampling, monkeypatch):
+    if sampling == "two-level":
+        use_two_level(monkeypatch)
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=500, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
