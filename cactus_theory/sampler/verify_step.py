@@ -126,9 +126,11 @@ def _accept_reached(
         if running.numel() == 0:
             break
         column = slice(position, position + 1)
+        # Every row still running: views (no copy of the rows); else gather the rows.
+        where = slice(None) if running.numel() == batch else running
         probs_here, state_here = adapter.accept(  # [R, 1], parts [R, 1]
-            target[running, column].to(dtype),
-            draft[running, column].to(dtype),
+            target[where, column].to(dtype),
+            draft[where, column].to(dtype),
             ids[running, column],
             target_at[running, column],
             draft_at[running, column],

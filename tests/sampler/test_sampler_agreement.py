@@ -298,13 +298,19 @@ def test_torch_gamma_matches_numpy(divergence, delta):
     assert np.all(over <= np.maximum(reference_over, 0.0) + 1e-15)
 
 
-SEARCHES = ["dense-search", "bisection"]
+SEARCHES = ["dense-search", "bisection", "binned", "binned-fallback"]
 
 
 def use_search(monkeypatch, search):
-    """Force the segment search: every position at once, or log2(V) bisection rounds."""
+    """Force the segment search: every position at once, or log2(V) bisection rounds, on
+    the whole sorted row; or the bracketing on binned ratios (``_solve_binned``) on rows
+    of any length, with its exact fallback taken on every row (no window is kept)."""
     limit = 1 << 40 if search == "dense-search" else 0
     monkeypatch.setattr(torch_frontier, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
+    if search.startswith("binned"):
+        monkeypatch.setattr(torch_frontier, "BINNED_MIN_VOCAB", 0)
+    if search == "binned-fallback":
+        monkeypatch.setattr(torch_frontier, "BIN_MARGIN", 0)
 
 
 @pytest.mark.parametrize("search", SEARCHES)
@@ -343,6 +349,56 @@ def test_torch_frontier_constants_match_numpy_on_edge_rows(search, monkeypatch):
 
     use_search(monkeypatch, search)
     check()
+
+
+def long_rows(kind, rows, vocab, rng):
+    """(target, draft) float64 rows [rows, V]: Dirichlet with exact zeros in both, softmax
+    of Gaussian logits with a noisy draft (the benchmark's rows), or peaked rows."""
+    if kind == "dirichlet":
+        target = rng.dirichlet(np.full(vocab, 0.3), size=rows)
+        draft = rng.dirichlet(np.full(vocab, 0.3), size=rows)
+        target[:, :50] = 0.0
+        draft[:, 50:90] = 0.0
+    else:
+        scale = 3.0 if kind == "softmax" else 12.0
+        logits = rng.normal(size=(rows, vocab)) * scale
+        noisy = logits + rng.normal(size=(rows, vocab))
+        target, draft = (
+            np.exp(logits - logits.max(-1, keepdims=True)),
+            np.exp(noisy - noisy.max(-1, keepdims=True)),
+        )
+    return target / target.sum(-1, keepdims=True), draft / draft.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["dirichlet", "softmax", "peaked"])
+@pytest.mark.parametrize("delta", [0.02, 0.2, 1.0])
+def test_binned_frontier_constants_match_numpy_on_long_rows(kind, delta, monkeypatch):
+    """Rows of V = 12,000 go through ``_solve_binned`` (no sort of the row): the same
+    constants as the numpy solver, and no row needs the exact fallback."""
+    rng = np.random.default_rng(17)
+    target, draft = long_rows(kind, 4, 12_000, rng)
+    fallback_rows = []
+    original = torch_frontier._solve_caps
+
+    def counting(target_rows, *args):
+        if target_rows.shape[-1] == target.shape[-1]:
+            fallback_rows.append(target_rows.shape[0])
+        return original(target_rows, *args)
+
+    monkeypatch.setattr(torch_frontier, "_solve_caps", counting)
+    lift, cap = frontier_constants(target, draft, delta)
+    got_lift, got_cap = torch_frontier.frontier_constants(
+        torch.tensor(target), torch.tensor(draft), delta
+    )
+    np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-10, atol=1e-300)
+    np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-10)
+    assert fallback_rows == []
+    # float32 rows: within float32 rounding of the float64 constants of the same rows
+    rounded = [torch.tensor(rows).float() for rows in (target, draft)]
+    lift32, cap32 = frontier_constants(*(rows.double().numpy() for rows in rounded), delta)
+    got_lift, got_cap = torch_frontier.frontier_constants(*rounded, delta)
+    np.testing.assert_allclose(got_lift.numpy(), lift32, rtol=1e-5, atol=1e-300)
+    np.testing.assert_allclose(got_cap.numpy(), cap32, rtol=1e-5)
 
 
 @pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])

@@ -334,6 +334,54 @@ def _solve_caps(
 
 #: Elements (rows × V) the frontier solve handles at once, by device type.
 FRONTIER_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 23}
+#: Elements (rows × V) per chunk of the budget check KL(p‖q) <= δ, by device type: on CPU
+#: a chunk's temporaries stay in cache.
+CHECK_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 16}
+#: Rows at least this long are solved by bracketing on binned ratios (``_solve_binned``);
+#: shorter ones by the sort of ``_solve_caps`` directly.
+BINNED_MIN_VOCAB = 4096
+#: Low bits of the float32 ratio dropped to form its bin, coarse to fine: bins of 1/16,
+#: 1/256 and 1/4096 of an octave (23 − shift mantissa bits kept).
+BIN_SHIFTS = (19, 15, 11)
+#: Coarse bins of a nonnegative float32 (+inf in the last): bit patterns 0 .. 0x7f800000.
+NUM_BINS = (0x7F800000 >> BIN_SHIFTS[0]) + 1
+#: Bins on each side of a root's bin refined at the next level (a window of 2 m + 1).
+BIN_MARGIN = 2
+WINDOW = 2 * BIN_MARGIN + 1
+
+
+#: Rows whose Σ p log(p/q) lies within this of δ get the exact correction Σ q − Σ p
+#: (rows passing the checks sum to 1 within 1e-4 in float32, 1e-2 in half precision).
+CORRECTION_BAND = 0.05
+
+
+def fits_budget(target_rows: Tensor, draft_rows: Tensor, delta: float) -> Tensor:
+    """[R] bool: KL(p‖q) = Σ (p log(p/q) − p + q) <= δ for rows [R, V].
+
+    float64 rows: Σ of the accurate terms ``kl_div`` (as the numpy reference). Other rows
+    in their own dtype (float32), one row chunk at a time so that temporaries stay in
+    cache: A = Σ p log(p/q) (quotient, log, product, pairwise sum: four passes; p = 0
+    terms, NaN, left out; +inf where p > 0 = q), then the correction Σ q − Σ p (two more
+    passes) only on rows with |A − δ| <= ``CORRECTION_BAND``: farther rows are decided
+    by A alone. The float32 value is within ~1e-6 relative of the float64 one, which
+    moves the decision (h = p or a solve, continuous in between) only for rows within
+    that of the budget.
+    """
+    rows, vocab = target_rows.shape
+    if target_rows.dtype == torch.float64:
+        return kl_div(draft_rows, target_rows).sum(dim=-1) <= delta
+    totals = torch.empty(rows, dtype=torch.float64, device=target_rows.device)  # [R]
+    step = max(1, CHECK_CHUNK.get(target_rows.device.type, 1 << 26) // max(vocab, 1))
+    for start in range(0, rows, step):
+        target = target_rows[start : start + step]  # [c, V]
+        draft = draft_rows[start : start + step]  # [c, V]
+        terms = torch.div(draft, target).log_().mul_(draft)  # [c, V] p log(p/q)
+        totals[start : start + step] = terms.nansum(dim=-1)
+    near = ((totals - delta).abs() <= CORRECTION_BAND).nonzero(as_tuple=True)[0]  # [N]
+    if near.numel():
+        target, draft = target_rows[near], draft_rows[near]  # [N, V]
+        totals[near] += (target.sum(dim=-1) - draft.sum(dim=-1)).to(torch.float64)
+    return totals <= delta
 
 
 def frontier_constants(
@@ -341,29 +389,198 @@ def frontier_constants(
 ) -> tuple[Tensor, Tensor]:
     """(c_lo, c_hi) per row of [R, V] (float64), the twin of ``rules.frontier_constants``.
 
-    Rows with KL(p‖q) <= δ get (0, +inf) (h = p); δ = 0 gives (1, 1) (h = q). Rows are
-    solved in chunks of ``FRONTIER_CHUNK`` elements to bound memory.
+    Rows with KL(p‖q) <= δ get (0, +inf) (h = p; ``fits_budget``); δ = 0 gives (1, 1) (h = q).
+    The other rows are solved in chunks of ``FRONTIER_CHUNK`` elements to bound memory:
+    by bracketing on binned ratios for V >= ``BINNED_MIN_VOCAB`` (``_solve_binned``),
+    else by ``_solve_caps`` on the whole sorted row.
     """
     rows, vocab = target_rows.shape
     device = target_rows.device
-    lift = torch.ones(rows, dtype=torch.float64, device=device)
-    cap = torch.ones(rows, dtype=torch.float64, device=device)
+    lift = torch.ones(rows, dtype=torch.float64, device=device)  # [R]
+    cap = torch.ones(rows, dtype=torch.float64, device=device)  # [R]
     if delta <= 0 or rows == 0:
         return lift, cap
+    fits = fits_budget(target_rows, draft_rows, delta)  # [R]
+    lift = torch.where(fits, 0.0, lift)
+    cap = torch.where(fits, math.inf, cap)
+    todo = (~fits).nonzero(as_tuple=True)[0]  # [S]
     step = max(1, FRONTIER_CHUNK.get(device.type, 1 << 23) // vocab)
-    for start in range(0, rows, step):
-        target = target_rows[start : start + step].to(torch.float64)
-        draft = draft_rows[start : start + step].to(torch.float64)
-        terms = kl_div(draft, target)
-        fits = terms.sum(dim=-1) <= delta
-        lift[start : start + step] = torch.where(fits, 0.0, 1.0)
-        cap[start : start + step] = torch.where(fits, math.inf, 1.0)
-        todo = (~fits).nonzero(as_tuple=True)[0]
-        if todo.numel():
-            lift[start + todo], cap[start + todo] = _solve_caps(
-                target[todo], draft[todo], terms[todo], delta
+    for start in range(0, todo.numel(), step):
+        part = todo[start : start + step]  # [s]
+        if vocab >= BINNED_MIN_VOCAB:
+            lift[part], cap[part] = _solve_binned(target_rows[part], draft_rows[part], delta)
+        else:
+            target = target_rows[part].to(torch.float64)  # [s, V]
+            draft = draft_rows[part].to(torch.float64)  # [s, V]
+            lift[part], cap[part] = _solve_caps(target, draft, kl_div(draft, target), delta)
+    return lift, cap
+
+
+def _ratio_terms(target64: Tensor, draft64: Tensor, accurate: bool) -> tuple[Tensor, Tensor]:
+    """(r = p/q with +inf where q = 0, KL terms q φ(r) with 0 where q = 0), both [R, V]
+    float64, from float64 rows [R, V] (float64, so that p/q never overflows).
+
+    ``accurate`` (float64 inputs): the terms of ``kl_div``, as the numpy reference;
+    otherwise p log r − p + q (q where p = 0), clamped at 0: rounding O(ε p) per term,
+    far below the rounding of float32 inputs.
+    """
+    positive = target64 > 0  # [R, V]
+    ratio = torch.where(positive, draft64 / target64, math.inf)  # [R, V]
+    if accurate:
+        terms = kl_div(draft64, target64)  # [R, V]
+    else:
+        terms = torch.where(draft64 > 0, torch.log(ratio).mul_(draft64), 0.0)  # [R, V]
+        terms.sub_(draft64).add_(target64).clamp_(min=0.0)
+    return ratio, torch.where(positive, terms, 0.0)
+
+
+#: The float32 normal range: ratios outside it share the end bins (saturated).
+_TINY32, _HUGE32 = 2.0**-126, 2.0**127
+#: Constants beyond these fall in or next to a saturated bin: such rows take the fallback.
+_SAFE_LOW, _SAFE_HIGH = 2.0**-120, 2.0**120
+
+
+def _ratio_bits(ratio: Tensor) -> Tensor:
+    """The float32 bit pattern [...] (int64) of ratios >= 0 (float64; +inf included).
+
+    The bit pattern of a nonnegative float32 is increasing in its value, so
+    ``bits >> shift`` is a monotone bin of r: rounding to float32 is monotone, and ratios
+    outside the float32 normal range are first clamped into it (0 and +inf kept), so bin
+    b holds the ratios whose float32 lies in [edge_b, edge_{b+1}), edge_b = the float32
+    with bits b << shift, except the two saturated end bins.
+    """
+    clamped = ratio.clamp(_TINY32, _HUGE32)  # [...]
+    clamped = torch.where(ratio == 0, 0.0, torch.where(ratio == math.inf, math.inf, clamped))
+    return clamped.to(torch.float32).view(torch.int32).to(torch.int64)
+
+
+def _key(values: Tensor, shift: int) -> Tensor:
+    """The bin [R] at ``shift`` of per-row constants [R] (float64, >= 0)."""
+    return _ratio_bits(values.clamp(min=0.0)) >> shift
+
+
+def _pack(mask: Tensor, *columns: Tensor) -> tuple[Tensor, ...]:
+    """The entries of each row [R, N] where ``mask`` holds, moved to the front of rows
+    [R, M] (M = the largest count) and padded with zeros, for every column [R, N]."""
+    rows = mask.shape[0]
+    counts = mask.sum(dim=-1)  # [R]
+    width = max(int(counts.max().item()) if rows else 0, 1)
+    row_index, column_index = mask.nonzero(as_tuple=True)  # [S], [S]
+    starts = torch.cumsum(counts, dim=0) - counts  # [R]
+    slot = torch.arange(row_index.numel(), device=mask.device) - starts[row_index]  # [S]
+    packed = []
+    for column in columns:
+        out = torch.zeros(rows, width, dtype=column.dtype, device=column.device)  # [R, M]
+        out[row_index, slot] = column[row_index, column_index]
+        packed.append(out)
+    return tuple(packed)
+
+
+def _near(keys: Tensor, lift_key: Tensor, cap_key: Tensor) -> Tensor:
+    """[R, N] bool: keys [R, N] within ``BIN_MARGIN`` of the row's lift or cap key [R]."""
+    near_lift = (keys - lift_key[:, None]).abs() <= BIN_MARGIN
+    return near_lift | ((keys - cap_key[:, None]).abs() <= BIN_MARGIN)
+
+
+def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    """(c_lo, c_hi) for rows [R, V] with KL(p‖q) > δ > 0, without sorting the rows.
+
+    Group the tokens by a bin of their ratio r = p/q (``_ratio_bits``). A group whose
+    tokens are all lifted (r < c_lo), all kept (c_lo <= r <= c_hi) or all capped
+    (r > c_hi) enters Σ h and KL(h‖q) only through its sums Q_g = Σ q, P_g = Σ p and
+    K_g = Σ q φ(r) (as c_lo Q_g and Q_g φ(c_lo); P_g and K_g; c Q_g and Q_g φ(c)), so it
+    can be replaced by one token (Q_g, P_g) with KL term K_g: its ratio P_g/Q_g lies in
+    the group's range, so the solver classifies it with its tokens. Hence, level by level
+    (``BIN_SHIFTS``, bins of 1/16, 1/256, 1/4096 octave):
+
+    1. level 0: the sums Q, P, K of every coarse bin (three ``bincount`` passes over
+       [R, V], float64); ``_solve_caps`` on the nonempty bins as tokens gives (c_lo, c_hi);
+    2. the bins within ``BIN_MARGIN`` of the bins of c_lo and c_hi (two windows) are split
+       at the next level; every bin outside them stays one token; solve again on the
+       merged bins plus the finer bins of the windows (a few hundred tokens);
+    3. after the finest level the tokens of the last windows enter one by one, and the
+       last solve gives (c_lo, c_hi);
+    4. check: the result is exact when no merged bin straddles c_lo or c_hi, which holds
+       when at every level the bins of the final c_lo and c_hi lie strictly inside that
+       level's windows (a float32 rounding of c may land one bin over), and c_lo, c_hi
+       are away from the saturated end bins (``_ratio_bits``). Rows that fail are
+       solved on their whole sorted row (``_solve_caps``).
+
+    The work over [R, V] is a few elementwise passes and three bincounts (no sort); the
+    windows hold a shrinking share of the tokens, and every solve is on short rows.
+    """
+    rows, vocab = target_rows.shape
+    device = target_rows.device
+    target64 = target_rows.to(torch.float64)  # [R, V]
+    draft64 = draft_rows.to(torch.float64)  # [R, V]
+    accurate = target_rows.dtype == torch.float64
+    ratio, terms64 = _ratio_terms(target64, draft64, accurate)  # [R, V] x2
+    bits = _ratio_bits(ratio)  # [R, V]
+    del ratio
+    row_offsets = torch.arange(rows, device=device)[:, None]  # [R, 1]
+
+    def group_sums(index: Tensor, groups: int, *values: Tensor) -> list[Tensor]:
+        """Σ of each of ``values [R, N]`` per (row, group index [R, N] in [0, groups))."""
+        flat = (index + groups * row_offsets).reshape(-1)  # [R·N]
+        return [
+            torch.bincount(flat, weights=v.reshape(-1), minlength=rows * groups).reshape(
+                rows, groups
             )
-        del terms
+            for v in values
+        ]  # [R, groups] each
+
+    shift = BIN_SHIFTS[0]
+    coarse_key = bits >> shift  # [R, V]
+    sums = group_sums(coarse_key, NUM_BINS, target64, draft64, terms64)  # [R, NUM_BINS] x3
+    keys = torch.arange(NUM_BINS, device=device).expand(rows, NUM_BINS)  # [R, NUM_BINS]
+    nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, NUM_BINS]
+    lift, cap = _solve_caps(*_pack(nonempty, *sums), delta)  # [R] x2
+    lift_key, cap_key = _key(lift, shift), _key(cap, shift)  # [R] x2
+    windows = [(shift, lift_key, cap_key)]
+    finite = keys < NUM_BINS - 1  # [R, NUM_BINS] the +inf bin is never split
+    merged = [_pack(nonempty & ~(_near(keys, lift_key, cap_key) & finite), *sums)]
+    valid = torch.ones_like(bits, dtype=torch.bool)  # [R, V]
+    pool_mask = _near(coarse_key, lift_key, cap_key) & (coarse_key < NUM_BINS - 1)  # [R, V]
+    pool = _pack(pool_mask, valid, bits, target64, draft64, terms64)  # [R, M] x5
+    for finer in BIN_SHIFTS[1:]:
+        valid, pool_bits = pool[0], pool[1]  # [R, M]
+        split = 1 << (shift - finer)  # finer bins per bin
+        fine_key = pool_bits >> finer  # [R, M]
+        lift_base = (lift_key - BIN_MARGIN) * split  # [R] first finer key of each window
+        cap_base = (cap_key - BIN_MARGIN) * split
+        in_lift = ((pool_bits >> shift) - lift_key[:, None]).abs() <= BIN_MARGIN  # [R, M]
+        index = torch.where(
+            in_lift, fine_key - lift_base[:, None], WINDOW * split + fine_key - cap_base[:, None]
+        )  # [R, M] the finer bin within the two windows
+        index = torch.where(valid, index, 0).clamp(0, 2 * WINDOW * split - 1)
+        sums = group_sums(index, 2 * WINDOW * split, *pool[2:])  # [R, 2 W split] x3
+        group = torch.arange(2 * WINDOW * split, device=device).expand_as(sums[0])
+        keys = torch.where(
+            group < WINDOW * split,
+            group + lift_base[:, None],
+            group - WINDOW * split + cap_base[:, None],
+        )  # [R, 2 W split] the finer key of each group
+        nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, 2 W split]
+        parts = [
+            torch.cat(columns, dim=-1)
+            for columns in zip(*merged, _pack(nonempty, *sums), strict=True)
+        ]
+        lift, cap = _solve_caps(*parts, delta)  # [R] x2
+        shift = finer
+        lift_key, cap_key = _key(lift, shift), _key(cap, shift)  # [R] x2
+        windows.append((shift, lift_key, cap_key))
+        merged.append(_pack(nonempty & ~_near(keys, lift_key, cap_key), *sums))
+        pool = _pack(valid & _near(fine_key, lift_key, cap_key), *pool)  # [R, M'] x5
+    parts = [torch.cat(columns, dim=-1) for columns in zip(*merged, pool[2:], strict=True)]
+    lift, cap = _solve_caps(*parts, delta)  # [R] x2
+    inside = (cap <= _SAFE_HIGH) & ((lift == 0) | (lift >= _SAFE_LOW))  # [R]
+    for level_shift, level_lift, level_cap in windows:
+        inside &= (_key(lift, level_shift) - level_lift).abs() < BIN_MARGIN
+        inside &= (_key(cap, level_shift) - level_cap).abs() < BIN_MARGIN
+    failed = (~inside).nonzero(as_tuple=True)[0]  # [F]
+    if failed.numel():
+        target, draft = target64[failed], draft64[failed]  # [F, V]
+        lift[failed], cap[failed] = _solve_caps(target, draft, terms64[failed], delta)
     return lift, cap
 
 
