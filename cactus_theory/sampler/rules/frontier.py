@@ -416,24 +416,6 @@ def frontier_constants(
     return lift, cap
 
 
-def _ratio_terms(target64: Tensor, draft64: Tensor, accurate: bool) -> tuple[Tensor, Tensor]:
-    """(r = p/q with +inf where q = 0, KL terms q φ(r) with 0 where q = 0), both [R, V]
-    float64, from float64 rows [R, V] (float64, so that p/q never overflows).
-
-    ``accurate`` (float64 inputs): the terms of ``kl_div``, as the numpy reference;
-    otherwise p log r − p + q (q where p = 0), clamped at 0: rounding O(ε p) per term,
-    far below the rounding of float32 inputs.
-    """
-    positive = target64 > 0  # [R, V]
-    ratio = torch.where(positive, draft64 / target64, math.inf)  # [R, V]
-    if accurate:
-        terms = kl_div(draft64, target64)  # [R, V]
-    else:
-        terms = torch.where(draft64 > 0, torch.log(ratio).mul_(draft64), 0.0)  # [R, V]
-        terms.sub_(draft64).add_(target64).clamp_(min=0.0)
-    return ratio, torch.where(positive, terms, 0.0)
-
-
 #: The float32 normal range: ratios outside it share the end bins (saturated).
 _TINY32, _HUGE32 = 2.0**-126, 2.0**127
 #: Constants beyond these fall in or next to a saturated bin: such rows take the fallback.
@@ -452,6 +434,43 @@ def _ratio_bits(ratio: Tensor) -> Tensor:
     clamped = ratio.clamp(_TINY32, _HUGE32)  # [...]
     clamped = torch.where(ratio == 0, 0.0, torch.where(ratio == math.inf, math.inf, clamped))
     return clamped.to(torch.float32).view(torch.int32).to(torch.int64)
+
+
+#: Bit patterns above this (+inf's) are NaN: they are clamped to +inf's bin.
+_INF_BITS = 0x7F800000
+#: Elements (rows × V) per chunk of the level-0 passes of ``_solve_binned``, by device
+#: type: on CPU a chunk's temporaries stay in cache.
+BIN_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 16}
+
+
+def _chunk_bits(target: Tensor, draft: Tensor) -> tuple[Tensor, Tensor]:
+    """(bits [c, V] int64 as ``_ratio_bits``, the ratio r [c, V] in the rows' dtype) of
+    rows [c, V] in their own dtype.
+
+    float64 rows: r = p/q (+inf where q = 0), clamped into the float32 range first. Other
+    rows: r = p/q in their dtype (correctly rounded, so monotone in the exact ratio),
+    whose +inf (q = 0, or an overflow for q > 0 below 2^-126 p) and NaN (p = q = 0) both
+    land in the +inf bin or bin 0 (a NaN of either sign; such a token has no mass). An
+    overflowed token with q > 0 shares the +inf bin: it is capped at any c below 2^127,
+    as every token there with q = 0 keeps h = 0 = c q, so the merged bin adds the same
+    P − c Q and Q φ(c) as its tokens; a larger c takes the fallback (``_SAFE_HIGH``).
+    """
+    if target.dtype == torch.float64:
+        ratio = torch.where(target > 0, draft / target, math.inf)  # [c, V]
+        return _ratio_bits(ratio), ratio
+    ratio = torch.div(draft, target)  # [c, V]
+    bits = ratio.to(torch.float32).view(torch.int32).to(torch.int64)  # [c, V]
+    return bits.clamp_(0, _INF_BITS), ratio
+
+
+def _chunk_terms(target: Tensor, draft: Tensor, ratio: Tensor) -> Tensor:
+    """KL terms q φ(r) [c, V] (0 where q = 0; float64 rows: ``kl_div``), from rows
+    [c, V] in their dtype and their ``_chunk_bits`` ratio: p log r − p + q, with
+    p log r read as 0 where it is NaN or infinite (p = 0, or q = 0), clamped at 0."""
+    if target.dtype == torch.float64:
+        return torch.where(target > 0, kl_div(draft, target), 0.0)
+    terms = torch.log(ratio).mul_(draft).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return terms.sub_(draft).add_(target).clamp_(min=0.0)  # [c, V]
 
 
 def _key(values: Tensor, shift: int) -> Tensor:
@@ -511,56 +530,99 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
     """
     rows, vocab = target_rows.shape
     device = target_rows.device
-    target64 = target_rows.to(torch.float64)  # [R, V]
-    draft64 = draft_rows.to(torch.float64)  # [R, V]
-    accurate = target_rows.dtype == torch.float64
-    ratio, terms64 = _ratio_terms(target64, draft64, accurate)  # [R, V] x2
-    bits = _ratio_bits(ratio)  # [R, V]
-    del ratio
     row_offsets = torch.arange(rows, device=device)[:, None]  # [R, 1]
 
     def group_sums(index: Tensor, groups: int, *values: Tensor) -> list[Tensor]:
-        """Σ of each of ``values [R, N]`` per (row, group index [R, N] in [0, groups))."""
-        flat = (index + groups * row_offsets).reshape(-1)  # [R·N]
+        """Σ of each of ``values [R', N]`` per (row, group index [R', N] in [0, groups))."""
+        count = index.shape[0]
+        flat = (index + groups * row_offsets[:count]).reshape(-1)  # [R'·N]
         return [
-            torch.bincount(flat, weights=v.reshape(-1), minlength=rows * groups).reshape(
-                rows, groups
-            )
+            torch.bincount(
+                flat, weights=v.to(torch.float64).reshape(-1), minlength=count * groups
+            ).reshape(count, groups)
             for v in values
-        ]  # [R, groups] each
+        ]  # [R', groups] each, float64
 
+    # Level 0, one row chunk at a time (cache-sized): the coarse bin sums Q, P, K.
     shift = BIN_SHIFTS[0]
-    coarse_key = bits >> shift  # [R, V]
-    sums = group_sums(coarse_key, NUM_BINS, target64, draft64, terms64)  # [R, NUM_BINS] x3
+    step = max(1, BIN_CHUNK.get(device.type, 1 << 26) // vocab)
+    sums = [torch.empty(rows, NUM_BINS, dtype=torch.float64, device=device) for _ in range(3)]
+    for start in range(0, rows, step):
+        target, draft = target_rows[start : start + step], draft_rows[start : start + step]
+        bits, ratio = _chunk_bits(target, draft)  # [c, V] x2
+        terms = _chunk_terms(target, draft, ratio)  # [c, V]
+        for total, part in zip(
+            sums, group_sums(bits >> shift, NUM_BINS, target, draft, terms), strict=True
+        ):
+            total[start : start + step] = part
     keys = torch.arange(NUM_BINS, device=device).expand(rows, NUM_BINS)  # [R, NUM_BINS]
     nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, NUM_BINS]
     lift, cap = _solve_caps(*_pack(nonempty, *sums), delta)  # [R] x2
     lift_key, cap_key = _key(lift, shift), _key(cap, shift)  # [R] x2
     windows = [(shift, lift_key, cap_key)]
-    finite = keys < NUM_BINS - 1  # [R, NUM_BINS] the +inf bin is never split
-    merged = [_pack(nonempty & ~(_near(keys, lift_key, cap_key) & finite), *sums)]
-    valid = torch.ones_like(bits, dtype=torch.bool)  # [R, V]
-    pool_mask = _near(coarse_key, lift_key, cap_key) & (coarse_key < NUM_BINS - 1)  # [R, V]
-    pool = _pack(pool_mask, valid, bits, target64, draft64, terms64)  # [R, M] x5
+    split_bins = _near(keys, lift_key, cap_key) & (keys < NUM_BINS - 1)  # [R, NUM_BINS]
+    merged = [_pack(nonempty & ~split_bins, *sums)]
+    # The tokens of the split bins (the pool, flat lists [S]), one row at a time.
+    pieces: list[list[Tensor]] = [[] for _ in range(4)]  # rows, bits, q, p of each token
+    for row in range(rows):
+        target, draft = target_rows[row], draft_rows[row]  # [V]
+        bits, _ = _chunk_bits(target, draft)  # [V]
+        chosen = split_bins[row].gather(-1, bits >> shift).nonzero()[:, 0]  # [s]
+        pieces[0].append(torch.full_like(chosen, row))
+        pieces[1].append(bits[chosen])
+        pieces[2].append(target[chosen])
+        pieces[3].append(draft[chosen])
+    token_rows, token_bits, token_target, token_draft = (torch.cat(p) for p in pieces)  # [S]
+    ratio = torch.div(token_draft, token_target)  # [S]
+    if token_target.dtype == torch.float64:
+        ratio = torch.where(token_target > 0, ratio, math.inf)
+    pool = (
+        token_target.to(torch.float64),
+        token_draft.to(torch.float64),
+        _chunk_terms(token_target, token_draft, ratio).to(torch.float64),
+    )  # [S] x3: q, p and the KL term of each token
+
+    def flat_sums(index: Tensor, groups: int) -> list[Tensor]:
+        """Σ q, p, K of the pool per (row, group index [S] in [0, groups))."""
+        flat = index + groups * token_rows  # [S]
+        return [
+            torch.bincount(flat, weights=v, minlength=rows * groups).reshape(rows, groups)
+            for v in pool
+        ]  # [R, groups] x3
+
+    def pack_pool() -> tuple[Tensor, ...]:
+        """The pool as rows [R, M] (zero-padded), for a solve."""
+        counts = torch.bincount(token_rows, minlength=rows)  # [R]
+        slot = torch.arange(token_rows.numel(), device=device)  # [S]
+        slot = slot - (torch.cumsum(counts, dim=0) - counts)[token_rows]
+        width = max(int(counts.max().item()) if rows else 0, 1)
+        packed = []
+        for column in pool:
+            out = torch.zeros(rows, width, dtype=column.dtype, device=device)  # [R, M]
+            out[token_rows, slot] = column
+            packed.append(out)
+        return tuple(packed)
+
     for finer in BIN_SHIFTS[1:]:
-        valid, pool_bits = pool[0], pool[1]  # [R, M]
         split = 1 << (shift - finer)  # finer bins per bin
-        fine_key = pool_bits >> finer  # [R, M]
+        groups = 2 * WINDOW * split
+        fine_key = token_bits >> finer  # [S]
         lift_base = (lift_key - BIN_MARGIN) * split  # [R] first finer key of each window
         cap_base = (cap_key - BIN_MARGIN) * split
-        in_lift = ((pool_bits >> shift) - lift_key[:, None]).abs() <= BIN_MARGIN  # [R, M]
+        in_lift = ((token_bits >> shift) - lift_key[token_rows]).abs() <= BIN_MARGIN  # [S]
         index = torch.where(
-            in_lift, fine_key - lift_base[:, None], WINDOW * split + fine_key - cap_base[:, None]
-        )  # [R, M] the finer bin within the two windows
-        index = torch.where(valid, index, 0).clamp(0, 2 * WINDOW * split - 1)
-        sums = group_sums(index, 2 * WINDOW * split, *pool[2:])  # [R, 2 W split] x3
-        group = torch.arange(2 * WINDOW * split, device=device).expand_as(sums[0])
+            in_lift,
+            fine_key - lift_base[token_rows],
+            WINDOW * split + fine_key - cap_base[token_rows],
+        ).clamp_(0, groups - 1)  # [S] the finer bin within the row's two windows
+        sums = flat_sums(index, groups)  # [R, groups] x3
+        group = torch.arange(groups, device=device).expand(rows, groups)  # [R, groups]
         keys = torch.where(
             group < WINDOW * split,
             group + lift_base[:, None],
             group - WINDOW * split + cap_base[:, None],
-        )  # [R, 2 W split] the finer key of each group
-        nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, 2 W split]
+        )  # [R, groups] the finer key of each group
+        nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, groups]
         parts = [
             torch.cat(columns, dim=-1)
             for columns in zip(*merged, _pack(nonempty, *sums), strict=True)
@@ -570,8 +632,10 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
         lift_key, cap_key = _key(lift, shift), _key(cap, shift)  # [R] x2
         windows.append((shift, lift_key, cap_key))
         merged.append(_pack(nonempty & ~_near(keys, lift_key, cap_key), *sums))
-        pool = _pack(valid & _near(fine_key, lift_key, cap_key), *pool)  # [R, M'] x5
-    parts = [torch.cat(columns, dim=-1) for columns in zip(*merged, pool[2:], strict=True)]
+        keep = _near(fine_key[:, None], lift_key[token_rows], cap_key[token_rows])[:, 0]  # [S]
+        token_rows, token_bits = token_rows[keep], token_bits[keep]
+        pool = tuple(column[keep] for column in pool)
+    parts = [torch.cat(columns, dim=-1) for columns in zip(*merged, pack_pool(), strict=True)]
     lift, cap = _solve_caps(*parts, delta)  # [R] x2
     inside = (cap <= _SAFE_HIGH) & ((lift == 0) | (lift >= _SAFE_LOW))  # [R]
     for level_shift, level_lift, level_cap in windows:
@@ -579,8 +643,10 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
         inside &= (_key(cap, level_shift) - level_cap).abs() < BIN_MARGIN
     failed = (~inside).nonzero(as_tuple=True)[0]  # [F]
     if failed.numel():
-        target, draft = target64[failed], draft64[failed]  # [F, V]
-        lift[failed], cap[failed] = _solve_caps(target, draft, terms64[failed], delta)
+        target, draft = target_rows[failed], draft_rows[failed]  # [F, V]
+        terms = _chunk_terms(target, draft, _chunk_bits(target, draft)[1]).to(torch.float64)
+        target, draft = target.to(torch.float64), draft.to(torch.float64)  # [F, V]
+        lift[failed], cap[failed] = _solve_caps(target, draft, terms, delta)
     return lift, cap
 
 
