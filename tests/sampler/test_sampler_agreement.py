@@ -370,11 +370,15 @@ def long_rows(kind, rows, vocab, rng):
     return target / target.sum(-1, keepdims=True), draft / draft.sum(-1, keepdims=True)
 
 
+@pytest.mark.parametrize("bins", ["bins", "fine-bins"])
 @pytest.mark.parametrize("kind", ["dirichlet", "softmax", "peaked"])
 @pytest.mark.parametrize("delta", [0.02, 0.2, 1.0])
-def test_binned_frontier_constants_match_numpy_on_long_rows(kind, delta, monkeypatch):
-    """Rows of V = 12,000 go through ``_solve_binned`` (no sort of the row): the same
-    constants as the numpy solver, and no row needs the exact fallback."""
+def test_binned_frontier_constants_match_numpy_on_long_rows(kind, delta, bins, monkeypatch):
+    """Rows of V = 12,000 go through ``_solve_binned`` (no sort of the row), with the bin
+    widths of rows below or above ``FINE_START_VOCAB``: the same constants as the numpy
+    solver, and no row needs the exact fallback."""
+    if bins == "fine-bins":
+        monkeypatch.setattr(torch_frontier, "FINE_START_VOCAB", 0)
     rng = np.random.default_rng(17)
     target, draft = long_rows(kind, 4, 12_000, rng)
     fallback_rows = []

@@ -340,11 +340,26 @@ CHECK_CHUNK = {"cuda": 1 << 26, "cpu": 1 << 16}
 #: Rows at least this long are solved by bracketing on binned ratios (``_solve_binned``);
 #: shorter ones by the sort of ``_solve_caps`` directly.
 BINNED_MIN_VOCAB = 4096
-#: Low bits of the float32 ratio dropped to form its bin, coarse to fine: bins of 1/16,
-#: 1/256 and 1/4096 of an octave (23 − shift mantissa bits kept).
+#: Low bits of the float32 ratio dropped to form its bin, coarse to fine (23 − shift
+#: mantissa bits kept): bins of 1/16, 1/256 and 1/4096 of an octave for rows shorter than
+#: ``FINE_START_VOCAB``, of 1/64, 1/1024 and 1/16384 for longer ones (whose coarse bins
+#: would hold too many tokens; the coarse sums take 24 bytes per bin and row).
 BIN_SHIFTS = (19, 15, 11)
-#: Coarse bins of a nonnegative float32 (+inf in the last): bit patterns 0 .. 0x7f800000.
-NUM_BINS = (0x7F800000 >> BIN_SHIFTS[0]) + 1
+FINE_BIN_SHIFTS = (17, 13, 9)
+FINE_START_VOCAB = 1 << 15
+
+
+def _bin_shifts(vocab: int) -> tuple[int, ...]:
+    """The level shifts for rows of length V."""
+    return FINE_BIN_SHIFTS if vocab >= FINE_START_VOCAB else BIN_SHIFTS
+
+
+def _num_bins(shift: int) -> int:
+    """Bins of a nonnegative float32 at ``shift`` (+inf in the last): bit patterns 0 ..
+    0x7f800000, shifted."""
+    return (0x7F800000 >> shift) + 1
+
+
 #: Bins on each side of a root's bin refined at the next level (a window of 2 m + 1).
 BIN_MARGIN = 2
 WINDOW = 2 * BIN_MARGIN + 1
@@ -510,7 +525,7 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
     K_g = Σ q φ(r) (as c_lo Q_g and Q_g φ(c_lo); P_g and K_g; c Q_g and Q_g φ(c)), so it
     can be replaced by one token (Q_g, P_g) with KL term K_g: its ratio P_g/Q_g lies in
     the group's range, so the solver classifies it with its tokens. Hence, level by level
-    (``BIN_SHIFTS``, bins of 1/16, 1/256, 1/4096 octave):
+    (``_bin_shifts``: bins of 1/16, 1/256, 1/4096 octave, or 4x finer for long rows):
 
     1. level 0: the sums Q, P, K of every coarse bin (three ``bincount`` passes over
        [R, V], float64); ``_solve_caps`` on the nonempty bins as tokens gives (c_lo, c_hi);
@@ -544,32 +559,36 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
         ]  # [R', groups] each, float64
 
     # Level 0, one row chunk at a time (cache-sized): the coarse bin sums Q, P, K.
-    shift = BIN_SHIFTS[0]
+    shifts = _bin_shifts(vocab)
+    shift = shifts[0]
+    num_bins = _num_bins(shift)
     step = max(1, BIN_CHUNK.get(device.type, 1 << 26) // vocab)
-    sums = [torch.empty(rows, NUM_BINS, dtype=torch.float64, device=device) for _ in range(3)]
+    sums = [torch.empty(rows, num_bins, dtype=torch.float64, device=device) for _ in range(3)]
+    all_bits = torch.empty(rows, vocab, dtype=torch.int32, device=device)  # [R, V] kept
     for start in range(0, rows, step):
         target, draft = target_rows[start : start + step], draft_rows[start : start + step]
         bits, ratio = _chunk_bits(target, draft)  # [c, V] x2
+        all_bits[start : start + step] = bits  # (bit patterns fit in int32)
         terms = _chunk_terms(target, draft, ratio)  # [c, V]
         for total, part in zip(
-            sums, group_sums(bits >> shift, NUM_BINS, target, draft, terms), strict=True
+            sums, group_sums(bits >> shift, num_bins, target, draft, terms), strict=True
         ):
             total[start : start + step] = part
-    keys = torch.arange(NUM_BINS, device=device).expand(rows, NUM_BINS)  # [R, NUM_BINS]
-    nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, NUM_BINS]
+    keys = torch.arange(num_bins, device=device).expand(rows, num_bins)  # [R, bins]
+    nonempty = (sums[0] > 0) | (sums[1] > 0)  # [R, bins]
     lift, cap = _solve_caps(*_pack(nonempty, *sums), delta)  # [R] x2
     lift_key, cap_key = _key(lift, shift), _key(cap, shift)  # [R] x2
     windows = [(shift, lift_key, cap_key)]
-    split_bins = _near(keys, lift_key, cap_key) & (keys < NUM_BINS - 1)  # [R, NUM_BINS]
+    split_bins = _near(keys, lift_key, cap_key) & (keys < num_bins - 1)  # [R, bins]
     merged = [_pack(nonempty & ~split_bins, *sums)]
     # The tokens of the split bins (the pool, flat lists [S]), one row at a time.
     pieces: list[list[Tensor]] = [[] for _ in range(4)]  # rows, bits, q, p of each token
     for row in range(rows):
         target, draft = target_rows[row], draft_rows[row]  # [V]
-        bits, _ = _chunk_bits(target, draft)  # [V]
-        chosen = split_bins[row].gather(-1, bits >> shift).nonzero()[:, 0]  # [s]
+        bits = all_bits[row]  # [V]
+        chosen = split_bins[row][bits >> shift].nonzero()[:, 0]  # [s]
         pieces[0].append(torch.full_like(chosen, row))
-        pieces[1].append(bits[chosen])
+        pieces[1].append(bits[chosen].to(torch.int64))
         pieces[2].append(target[chosen])
         pieces[3].append(draft[chosen])
     token_rows, token_bits, token_target, token_draft = (torch.cat(p) for p in pieces)  # [S]
@@ -603,7 +622,7 @@ def _solve_binned(target_rows: Tensor, draft_rows: Tensor, delta: float) -> tupl
             packed.append(out)
         return tuple(packed)
 
-    for finer in BIN_SHIFTS[1:]:
+    for finer in shifts[1:]:
         split = 1 << (shift - finer)  # finer bins per bin
         groups = 2 * WINDOW * split
         fine_key = token_bits >> finer  # [S]
