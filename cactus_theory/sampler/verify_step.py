@@ -40,14 +40,24 @@ float dtypes, same device, no NaN/inf, no negative entries, rows summing to 1 wi
 ``SUM_TOLERANCE`` of their dtype, integer draft ids in [0, V), uniforms in [0, 1). Each
 failure is a ValueError naming the argument. ``check=False`` skips the value checks (not the shape
 checks, which are free); out-of-range draft ids are then treated as rejected and NaN rows
-emit token 0, so no id outside [0, V) is ever returned.
+emit some token in range, so no id outside [0, V) is ever returned.
 
 **Memory and work.** SpS, interp, cactus and cactus-exact read only q_n and p_n at the
 drafted ids to decide, and build one residual row per batch row: no [B, k, V] temporary.
 The frontier and the decision rules read whole rows, but only the rows the scan reaches:
 position by position, on the batch rows still accepting (``_accept_reached``), so a
-frontier solve after a row's first rejection is never done. ``sampler.dense.verify_dense``
+frontier solve after a row's first rejection is never done (when every row is still
+running, a position's rows are read as views, not copied). ``sampler.dense.verify_dense``
 is the reference-style path that materialises h over [B, k, V].
+
+**Passes at the emitting position** (V >= ``emit.TWO_LEVEL_MIN_VOCAB``, on CPU): only a
+rejected row builds a residual, one row at a time through views, so its temporaries stay
+in cache: SpS (q − p)_+ is a difference, a clamp and the empty-row sum; cactus and
+cactus-exact (s q − p)_+ a product, a difference-and-clamp and that sum (γ_n comes from
+the acceptance step: cactus-exact solves γ* once); then the block sums of the two-level
+inverse CDF (``sampler.emit``) and one block of 1024. A row that accepted all its drafts
+reads its bonus row in place (block sums and one block). Nothing of size [B, k, V] and no
+float64 pass over [V].
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from strategies import pairs, positive_budgets
 from cactus_theory import divergences, gamma, rules, sampler, validate
 from cactus_theory import verify as reference
 from cactus_theory.core.rules.frontier import frontier_constants
-from cactus_theory.sampler import gamma as torch_gamma
 from cactus_theory.sampler import emit, verify_step
+from cactus_theory.sampler import gamma as torch_gamma
 from cactus_theory.sampler.rules import frontier as torch_frontier
 
 RULE_SPECS = [

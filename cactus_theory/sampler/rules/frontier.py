@@ -1,18 +1,25 @@
-"""The frontier rule in torch: the fixed-pass solve of ``cactus_theory.core.rules.frontier``.
+"""The frontier rule in torch: the solves of ``cactus_theory.core.rules.frontier``, batched.
 
 h = clip(p, c_lo q, c_hi q) with KL(h‖q) = δ (h = p when KL(p‖q) <= δ, h = q when δ = 0),
 one h per row, independent of the drafted token, so the emitted law is h and within δ.
-The numpy module's docstring derives the method; this file runs the same steps batched,
-in float64, without host synchronisation except a convergence check every few Newton steps:
+The numpy module's docstring derives the method. Per row:
 
-1. sort the ratios r = p/q (+inf where q = 0) and take prefix and suffix sums of q, p and
-   the KL terms q φ(r);
-2. locate the root's segment (fixed lifted set L and capped set H) by two bisections over
-   the sorted ratios (``_locate_root``), O(log V) steps of O(1) work per row;
-3. solve c_hi on that segment by safeguarded Newton from the right, then move c down by
-   ulps until KL(h‖q) <= δ as computed; c_lo follows from Σ h = 1.
+0. the budget check KL(p‖q) <= δ (``fits_budget``): for float32 rows four passes over a
+   cache-sized chunk (p/q, log, · p, sum), the correction Σ q − Σ p only near δ;
+1. rows that need a solve and are long (V >= ``BINNED_MIN_VOCAB``) are bracketed on
+   binned ratios (``_solve_binned``): the tokens are grouped by the float32 bit pattern of
+   r = p/q (monotone in r), a group lying wholly on one side of c_lo and of c_hi acts as
+   one token, so three bincounts over the row and solves on a few hundred tokens, level by
+   level in finer bins around the root, give (c_lo, c_hi) exactly; the result is checked
+   and the rare row that fails takes step 2 on its whole row. No sort of the row;
+2. ``_solve_caps`` (short rows, the coarse and fine solves of step 1, the fallback): sort
+   the ratios (+inf where q = 0) and take prefix and suffix sums of q, p and the KL terms
+   q φ(r); locate the root's segment (fixed lifted set L and capped set H) by two searches
+   over the sorted ratios (``_locate_root``); solve c_hi on that segment by safeguarded
+   Newton from the right, then move c down by ulps until KL(h‖q) <= δ as computed; c_lo
+   follows from Σ h = 1.
 
-Elementwise work stays in the compute dtype; only the per-row solve is float64.
+Sums and solves are float64; elementwise work over [V] stays in the rows' dtype.
 """
 
 from __future__ import annotations
