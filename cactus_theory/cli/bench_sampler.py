@@ -13,8 +13,14 @@ the draft rows. For each rule, timed side by side in one run (best of ``--repeat
   draft rows at one position per batch row; frontier: every target and draft row; decision
   rules: every target row), ``all`` counts every input row once.
 
-Ratios printed: dense / ours (what not materialising h buys) and ours / floor (how far from
-reading memory at copy speed).
+Ratios printed: dense / ours (what not materialising h buys), ours / floor (how far from
+reading memory at copy speed) and ours / cactus (each rule against cactus δ = 1 on the same
+workload, when cactus is among the rules).
+
+Workloads: ``--workload BxKxV`` (repeatable) instead of ``--batch``/``-k``/``--vocab``;
+``--goals`` runs the goal workloads of the verify-step issue (64x10x151936, 1x5x49152,
+8x5x49152) with the default rules plus frontier δ = 0.2 (a budget the benchmark's drafts
+exceed, so its rows are solved, not only checked), and ends with one summary table.
 """
 
 from __future__ import annotations
@@ -28,6 +34,23 @@ from cactus_theory.util.files import atomic_write_json, check_writable
 from cactus_theory.util.timing import best_seconds
 
 DEFAULT_RULES = ("sps", "cactus:delta=1.0", "cactus-exact:delta=0.5", "frontier:delta=1.0")
+#: The workloads (B, k, V) and extra rule of ``--goals``.
+GOAL_WORKLOADS = ((64, 10, 151_936), (1, 5, 49_152), (8, 5, 49_152))
+GOAL_EXTRA_RULES = ("frontier:delta=0.2",)
+#: The rule each row is compared with (ours / cactus).
+REFERENCE_RULE = "cactus:delta=1.0"
+
+
+def parse_workload(text: str) -> tuple[int, int, int]:
+    """(B, k, V) from ``BxKxV`` (e.g. ``64x10x151936``); ValueError otherwise."""
+    parts = text.lower().replace(",", "").replace("_", "").split("x")
+    try:
+        batch, steps, vocab = (int(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"workload: expected BxKxV such as 64x10x151936, got {text!r}") from None
+    if batch < 1 or steps < 1 or vocab < 2:
+        raise ValueError(f"workload: need B >= 1, k >= 1, V >= 2, got {text!r}")
+    return batch, steps, vocab
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +61,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--rule",
         action="append",
         help="rule spec, repeatable (default: sps, cactus, cactus-exact, frontier)",
+    )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        metavar="BxKxV",
+        help="workload, repeatable (e.g. 64x10x151936); overrides --batch, -k, --vocab",
+    )
+    parser.add_argument(
+        "--goals",
+        action="store_true",
+        help="the goal workloads 64x10x151936, 1x5x49152, 8x5x49152 (plus frontier δ=0.2)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="best-of repeats (default 3)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -100,9 +134,6 @@ def needed_bytes(rule: rules.Rule, batch: int, steps: int, vocab: int) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.json:
         check_writable("json", args.json)
-    import torch
-
-    from cactus_theory import sampler
     from cactus_theory.cli.decode import device_from_args, set_threads
 
     for name in ("batch", "k", "repeats"):
@@ -110,15 +141,48 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{name}: must be >= 1, got {getattr(args, name)}")
     if args.vocab < 2:
         raise ValueError(f"vocab: must be >= 2, got {args.vocab}")
+    if args.goals:
+        workloads = list(GOAL_WORKLOADS)
+    elif args.workload:
+        workloads = [parse_workload(text) for text in args.workload]
+    else:
+        workloads = [(args.batch, args.k, args.vocab)]
+    specs = list(args.rule or DEFAULT_RULES)
+    if args.goals and not args.rule:
+        specs += GOAL_EXTRA_RULES
+    chosen = [rules.parse(spec) for spec in specs]
     set_threads(args.threads)
     device = device_from_args(args.device)
-    chosen = [rules.parse(spec) for spec in (args.rule or DEFAULT_RULES)]
     bandwidth = copy_bandwidth(device, args.repeats)
+    results = [
+        run_workload(batch, steps, vocab, chosen, bandwidth, device, args)
+        for batch, steps, vocab in workloads
+    ]
+    if len(results) > 1:
+        print_summary(results)
+    if args.json:
+        payload = {
+            "bandwidth_bytes_per_s": bandwidth,
+            "rows": [row for result in results for row in result["rows"]],
+            "workloads": results,
+        }
+        atomic_write_json(args.json, payload, indent=2)
+    return 0
+
+
+def run_workload(
+    batch: int, steps: int, vocab: int, chosen: list, bandwidth: float, device, args
+) -> dict:
+    """Time every rule on one workload and print its table; returns its rows."""
+    import torch
+
+    from cactus_theory import sampler
+
     timer = _timer(device)
-    target, draft, ids, uniforms = make_block(args.batch, args.k, args.vocab, args.seed, device)
+    target, draft, ids, uniforms = make_block(batch, steps, vocab, args.seed, device)
     all_bytes = 4 * target.numel() + 4 * draft.numel()
     print(
-        f"B={args.batch}, k={args.k}, V={args.vocab:,}, float32 on {device}; "
+        f"B={batch}, k={steps}, V={vocab:,}, float32 on {device}; "
         f"plain-copy bandwidth {bandwidth / 1e9:.1f} GB/s; inputs {all_bytes / 1e6:,.0f} MB"
     )
     header = (
@@ -143,10 +207,11 @@ def run(args: argparse.Namespace) -> int:
             if not torch.equal(expected[0], reference()[0]):
                 raise RuntimeError(f"dense and fast paths disagree for {rule.label}")
             dense = timer(reference, repeats)
-        floor = needed_bytes(rule, args.batch, args.k, args.vocab) / bandwidth
+        floor = needed_bytes(rule, batch, steps, vocab) / bandwidth
         floor_all = all_bytes / bandwidth
         row = {
             "rule": rule.label,
+            "workload": f"{batch}x{steps}x{vocab}",
             "ours_s": ours,
             "ours_checked_s": ours_checked,
             "dense_s": dense,
@@ -165,10 +230,31 @@ def run(args: argparse.Namespace) -> int:
             f"{ours / floor_all:18.2f}x",
             flush=True,
         )
+    reference_label = rules.parse(REFERENCE_RULE).label
+    base = next((row["ours_s"] for row in rows if row["rule"] == reference_label), None)
+    for row in rows:
+        row["ours_over_cactus"] = None if base is None else row["ours_s"] / base
     print(
         "ours = verify(check=False); checked = verify(check=True); dense = h materialised "
-        "over [B, k, V]; floor = bytes the rule must read / copy bandwidth"
+        "over [B, k, V]; floor = bytes the rule must read / copy bandwidth\n"
     )
-    if args.json:
-        atomic_write_json(args.json, {"bandwidth_bytes_per_s": bandwidth, "rows": rows}, indent=2)
-    return 0
+    return {"batch": batch, "k": steps, "vocab": vocab, "rows": rows}
+
+
+def print_summary(results: list[dict]) -> None:
+    """One table: per workload and rule, ours, ours / floor, dense / ours, ours / cactus."""
+    header = (
+        f"{'workload':<16} {'rule':<24} {'ours ms':>9} {'ours/floor':>10} {'dense/ours':>10} "
+        f"{'ours/cactus':>11}"
+    )
+    print("summary (one run)")
+    print(header)
+    print("-" * len(header))
+    for result in results:
+        for row in result["rows"]:
+            dense = "-" if row["dense_over_ours"] is None else f"{row['dense_over_ours']:.1f}x"
+            versus = "-" if row["ours_over_cactus"] is None else f"{row['ours_over_cactus']:.2f}x"
+            print(
+                f"{row['workload']:<16} {row['rule']:<24} {1e3 * row['ours_s']:9.2f} "
+                f"{row['ours_over_floor']:9.1f}x {dense:>10} {versus:>11}"
+            )

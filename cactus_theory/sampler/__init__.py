@@ -16,8 +16,9 @@ rule)`` returns ``(token_ids [B, k+1] padded with PAD_ID = -1, num_accepted [B])
 from cactus_theory.core.verify import PAD_ID
 from cactus_theory.sampler.checks import SUM_TOLERANCE, check_probs, compute_dtype
 from cactus_theory.sampler.dense import adjusted_targets_dense, verify_dense
+from cactus_theory.sampler.emit import inverse_cdf
 from cactus_theory.sampler.rules import for_rule
-from cactus_theory.sampler.verify_step import inverse_cdf, verify
+from cactus_theory.sampler.verify_step import verify
 
 __all__ = [
     "PAD_ID",

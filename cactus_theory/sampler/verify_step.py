@@ -40,14 +40,24 @@ float dtypes, same device, no NaN/inf, no negative entries, rows summing to 1 wi
 ``SUM_TOLERANCE`` of their dtype, integer draft ids in [0, V), uniforms in [0, 1). Each
 failure is a ValueError naming the argument. ``check=False`` skips the value checks (not the shape
 checks, which are free); out-of-range draft ids are then treated as rejected and NaN rows
-emit token 0, so no id outside [0, V) is ever returned.
+emit some token in range, so no id outside [0, V) is ever returned.
 
 **Memory and work.** SpS, interp, cactus and cactus-exact read only q_n and p_n at the
 drafted ids to decide, and build one residual row per batch row: no [B, k, V] temporary.
 The frontier and the decision rules read whole rows, but only the rows the scan reaches:
 position by position, on the batch rows still accepting (``_accept_reached``), so a
-frontier solve after a row's first rejection is never done. ``sampler.dense.verify_dense``
+frontier solve after a row's first rejection is never done (when every row is still
+running, a position's rows are read as views, not copied). ``sampler.dense.verify_dense``
 is the reference-style path that materialises h over [B, k, V].
+
+**Passes at the emitting position** (V >= ``emit.TWO_LEVEL_MIN_VOCAB``, on CPU): only a
+rejected row builds a residual, one row at a time through views, so its temporaries stay
+in cache: SpS (q − p)_+ is a difference, a clamp and the empty-row sum; cactus and
+cactus-exact (s q − p)_+ a product, a difference-and-clamp and that sum (γ_n comes from
+the acceptance step: cactus-exact solves γ* once); then the block sums of the two-level
+inverse CDF (``sampler.emit``) and one block of 1024. A row that accepted all its drafts
+reads its bonus row in place (block sums and one block). Nothing of size [B, k, V] and no
+float64 pass over [V].
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ import torch
 
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import PAD_ID
+from cactus_theory.sampler import emit
 from cactus_theory.sampler.checks import (
     check_ids,
     check_num_drafts,
@@ -64,30 +75,11 @@ from cactus_theory.sampler.checks import (
     compute_dtype,
     uniforms_for,
 )
+from cactus_theory.sampler.emit import inverse_cdf
 from cactus_theory.sampler.rules import for_rule
-from cactus_theory.sampler.rules.base import State, TorchRule
+from cactus_theory.sampler.rules.base import Plan, State, TorchRule
 
 Tensor = torch.Tensor
-
-
-def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
-    """Token ids [...] from rows ``probs [..., V]`` (need not sum to 1) and uniforms [...].
-
-    The first index whose cumulative sum exceeds u · Σ row (a binary search on the
-    cumulative sum, which is nondecreasing). If rounding puts u · Σ at or past the end, the
-    first index where the cumulative sum reaches its total: the last token with positive
-    mass (a trailing mass too small to change the float sum is skipped), so the result
-    always has positive mass when the row has any (a row without mass gives 0). Always in
-    [0, V).
-    """
-    vocab = probs.shape[-1]
-    cumulative = torch.cumsum(probs, dim=-1)
-    total = cumulative[..., -1:].contiguous()
-    threshold = (uniforms.to(torch.float64)[..., None] * total.to(torch.float64)).to(probs.dtype)
-    index = torch.searchsorted(cumulative, threshold, right=True)
-    last_positive = torch.searchsorted(cumulative, total, right=False)
-    chosen = torch.where(index >= vocab, last_positive, index)[..., 0]
-    return chosen.clamp(0, vocab - 1)
 
 
 def rows_at(probs: Tensor, positions: Tensor) -> Tensor:
@@ -144,9 +136,11 @@ def _accept_reached(
         if running.numel() == 0:
             break
         column = slice(position, position + 1)
+        # Every row still running: views (no copy of the rows); else gather the rows.
+        where = slice(None) if running.numel() == batch else running
         probs_here, state_here = adapter.accept(  # [R, 1], parts [R, 1]
-            target[running, column].to(dtype),
-            draft[running, column].to(dtype),
+            target[where, column].to(dtype),
+            draft[where, column].to(dtype),
             ids[running, column],
             target_at[running, column],
             draft_at[running, column],
@@ -235,20 +229,89 @@ def verify(
         accepted = (accept_u < accept_probs.to(torch.float64)) & in_range & drafted  # [B, k]
         num_accepted = torch.cumprod(accepted.to(torch.int64), dim=1).sum(dim=1)  # [B]
         stop = num_accepted.clamp(max=steps - 1)  # [B] first rejected position
-        residual = adapter.residual(  # [B, V] unnormalised
-            rows_at(target, stop).to(dtype),
-            rows_at(draft, stop).to(dtype),
-            safe_ids[rows, stop],
-            _take(state, rows, stop),
+        plan = adapter.residual_plan(
+            safe_ids[rows, stop], target_at[rows, stop], _take(state, rows, stop)
+        )  # parts [B]
+        emitted = _emit(
+            adapter, target, draft, plan, stop, num_accepted < drafts, drafts, sample_u, dtype
         )
-        bonus = rows_at(target, drafts).to(dtype)  # [B, V] the row after its last draft
-        rejected = num_accepted < drafts  # [B]
-        emit_law = torch.where(rejected[:, None], residual, bonus)  # [B, V]
     else:
         num_accepted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
-        emit_law = target[:, 0].to(dtype)  # [B, V]
-    emitted = inverse_cdf(emit_law, sample_u)  # [B]
+        emitted = inverse_cdf(target[:, 0].to(dtype), sample_u)  # [B]
     return layout_tokens(ids, num_accepted, emitted), num_accepted
+
+
+def _emit(
+    adapter: TorchRule,
+    target: Tensor,  # [B, k+1, V]
+    draft: Tensor,  # [B, k, V]
+    plan: Plan,  # parts [B]: the residual's per-row values at the stop position
+    stop: Tensor,  # [B] first rejected position (clamped to k − 1)
+    rejected: Tensor,  # [B] bool: the row emits from its residual (else the bonus row)
+    drafts: Tensor,  # [B] drafts per row: the bonus row's position
+    sample_u: Tensor,  # [B] float64
+    dtype: torch.dtype,
+) -> Tensor:
+    """The emitted token [B]: inverse CDF of the residual at ``stop`` where ``rejected``,
+    else of the bonus row ``target[b, drafts[b]]``.
+
+    Large vocabularies (V >= ``TWO_LEVEL_MIN_VOCAB``) on CPU go row by row through views
+    (``_emit_rows``): each row's residual is made by ``adapter.residual_rows`` on [1, V]
+    and reduced to block sums while it is in cache, and a bonus row is read in place (no
+    copy); then one block per row is searched. Elsewhere the residual and bonus rows are
+    gathered for the whole batch and sampled by ``emit.inverse_cdf``.
+    """
+    vocab = target.shape[-1]
+    if vocab >= emit.TWO_LEVEL_MIN_VOCAB and target.device.type == "cpu":
+        return _emit_rows(adapter, target, draft, plan, stop, rejected, drafts, sample_u, dtype)
+    residual = adapter.residual_rows(  # [B, V] unnormalised
+        rows_at(target, stop).to(dtype), rows_at(draft, stop).to(dtype), plan
+    )
+    bonus = rows_at(target, drafts).to(dtype)  # [B, V] the row after its last draft
+    emit_law = torch.where(rejected[:, None], residual, bonus)  # [B, V]
+    if vocab < emit.TWO_LEVEL_MIN_VOCAB:
+        return emit.inverse_cdf_flat(emit_law, sample_u)
+    return inverse_cdf(emit_law, sample_u)
+
+
+def _emit_rows(
+    adapter: TorchRule,
+    target: Tensor,  # [B, k+1, V]
+    draft: Tensor,  # [B, k, V]
+    plan: Plan,  # parts [B]
+    stop: Tensor,  # [B]
+    rejected: Tensor,  # [B] bool
+    drafts: Tensor,  # [B]
+    sample_u: Tensor,  # [B] float64
+    dtype: torch.dtype,
+) -> Tensor:
+    """``_emit`` on CPU, one row at a time (see there): block sums W [B, nb] per row, the
+    block b* per row (``emit.choose_blocks``), then the cumulative sum inside b*."""
+    batch, vocab = stop.shape[0], target.shape[-1]
+    sums = torch.empty(batch, emit.num_blocks(vocab), dtype=dtype)  # [B, nb]
+    laws: list[Tensor] = []
+    for row, (is_rejected, position, bonus_position) in enumerate(
+        zip(rejected.tolist(), stop.tolist(), drafts.tolist(), strict=True)
+    ):
+        if is_rejected:
+            law = adapter.residual_rows(  # [V]
+                target[row, position][None].to(dtype),
+                draft[row, position][None].to(dtype),
+                tuple(part[row : row + 1] for part in plan),
+            )[0]
+        else:
+            law = target[row, bonus_position].to(dtype)  # [V] a view for float32 rows
+        emit.block_sums_into(law, sums[row])
+        laws.append(law)
+    block, before, threshold = emit.choose_blocks(sums, sample_u)  # [B] x3
+    values = torch.zeros(batch, emit.BLOCK, dtype=dtype)  # [B, BLOCK]
+    starts = (block * emit.BLOCK).tolist()
+    for row, (law, start) in enumerate(zip(laws, starts, strict=True)):
+        piece = law[start : start + emit.BLOCK]  # [<= emit.BLOCK]
+        values[row, : piece.shape[0]] = piece  # zero-padded past V
+    width = (vocab - block * emit.BLOCK).clamp(max=emit.BLOCK)  # [B]
+    offset = emit.choose_in_block(values, before, threshold, width)  # [B]
+    return (block * emit.BLOCK + offset).clamp(0, vocab - 1)
 
 
 def layout_tokens(ids: Tensor, num_accepted: Tensor, emitted: Tensor) -> Tensor:

@@ -346,4 +346,24 @@ def test_bench_sampler_small(capsys, tmp_path):
         "frontier(δ=1.0)",
     ]
     assert all(row["dense_over_ours"] > 0 and row["ours_over_floor"] > 0 for row in rows)
+    assert rows[1]["ours_over_cactus"] == 1.0
     assert cli.main(["bench", "sampler", "--vocab", "1"]) == 2
+
+
+def test_bench_sampler_workloads_side_by_side(capsys, tmp_path):
+    output = tmp_path / "w.json"
+    args = ["bench", "sampler", "--workload", "2x2x50", "--workload", "1x3x5000"]
+    args += ["--rule", "sps", "--rule", "cactus:delta=1.0", "--rule", "frontier:delta=0.2"]
+    assert cli.main([*args, "--repeats", "1", "--json", str(output)]) == 0
+    out = capsys.readouterr().out
+    assert "summary (one run)" in out and "ours/cactus" in out
+    payload = json.loads(output.read_text())
+    assert [(w["batch"], w["k"], w["vocab"]) for w in payload["workloads"]] == [
+        (2, 2, 50),
+        (1, 3, 5000),
+    ]
+    rows = payload["rows"]
+    assert [row["workload"] for row in rows] == ["2x2x50"] * 3 + ["1x3x5000"] * 3
+    assert all(row["ours_over_cactus"] > 0 for row in rows)
+    assert cli.main(["bench", "sampler", "--workload", "64x10"]) == 2
+    assert "workload" in capsys.readouterr().err

@@ -19,8 +19,8 @@ from strategies import pairs, positive_budgets
 from cactus_theory import divergences, gamma, rules, sampler, validate
 from cactus_theory import verify as reference
 from cactus_theory.core.rules.frontier import frontier_constants
+from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler import gamma as torch_gamma
-from cactus_theory.sampler import verify_step
 from cactus_theory.sampler.rules import frontier as torch_frontier
 
 RULE_SPECS = [
@@ -97,14 +97,27 @@ def reference_details(rule, target, draft, ids, accept_u, sample_u):
     return tokens, accepted, decision_tie.any(axis=1), sample_tie
 
 
+def use_two_level(monkeypatch, block=4):
+    """Force the two-level inverse CDF (blocks of ``block`` tokens) on small rows: on CPU
+    the row-by-row emission of ``verify_step._emit_rows``."""
+    monkeypatch.setattr(emit, "BLOCK", block)
+    monkeypatch.setattr(emit, "TWO_LEVEL_MIN_VOCAB", 0)
+
+
+SAMPLINGS = ["one-level", "two-level"]
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])
 @pytest.mark.parametrize("spec", RULE_SPECS)
-def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
+def test_float64_inputs_give_identical_tokens(spec, per_position, sampling, monkeypatch):
     # Small blocks are evaluated in one call; larger ones position by position on the rows
     # still running (verify_step.WHOLE_BLOCK_ELEMENTS). Both must make the reference's
-    # decisions.
+    # decisions, with either inverse CDF (one cumulative sum, or block sums then a block).
     if per_position:
         monkeypatch.setattr(verify_step, "WHOLE_BLOCK_ELEMENTS", 0)
+    if sampling == "two-level":
+        use_two_level(monkeypatch, block=5)  # V = 16: three full blocks and a short one
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=1)
     tokens, accepted = sampler.verify(
@@ -121,8 +134,11 @@ def test_float64_inputs_give_identical_tokens(spec, per_position, monkeypatch):
     np.testing.assert_array_equal(tokens.cpu().numpy(), ref_tokens)
 
 
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("spec", RULE_SPECS)
-def test_float32_inputs_agree_except_counted_near_ties(spec):
+def test_float32_inputs_agree_except_counted_near_ties(spec, sampling, monkeypatch):
+    if sampling == "two-level":
+        use_two_level(monkeypatch)
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=2, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
@@ -176,7 +192,10 @@ def test_half_precision_inputs_are_computed_in_float32(spec, dtype):
         "interp:alpha=0.5",
     ],
 )
-def test_dense_reference_path_matches(spec):
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_dense_reference_path_matches(spec, sampling, monkeypatch):
+    if sampling == "two-level":
+        use_two_level(monkeypatch)
     rule = rules.parse(spec)
     target, draft, ids, accept_u, sample_u = random_block(seed=3, batch=500, dtype=torch.float32)
     uniforms = (torch.tensor(accept_u), torch.tensor(sample_u))
@@ -279,13 +298,19 @@ def test_torch_gamma_matches_numpy(divergence, delta):
     assert np.all(over <= np.maximum(reference_over, 0.0) + 1e-15)
 
 
-SEARCHES = ["dense-search", "bisection"]
+SEARCHES = ["dense-search", "bisection", "binned", "binned-fallback"]
 
 
 def use_search(monkeypatch, search):
-    """Force the segment search: every position at once, or log2(V) bisection rounds."""
+    """Force the segment search: every position at once, or log2(V) bisection rounds, on
+    the whole sorted row; or the bracketing on binned ratios (``_solve_binned``) on rows
+    of any length, with its exact fallback taken on every row (no window is kept)."""
     limit = 1 << 40 if search == "dense-search" else 0
     monkeypatch.setattr(torch_frontier, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
+    if search.startswith("binned"):
+        monkeypatch.setattr(torch_frontier, "BINNED_MIN_VOCAB", 0)
+    if search == "binned-fallback":
+        monkeypatch.setattr(torch_frontier, "BIN_MARGIN", 0)
 
 
 @pytest.mark.parametrize("search", SEARCHES)
@@ -324,6 +349,60 @@ def test_torch_frontier_constants_match_numpy_on_edge_rows(search, monkeypatch):
 
     use_search(monkeypatch, search)
     check()
+
+
+def long_rows(kind, rows, vocab, rng):
+    """(target, draft) float64 rows [rows, V]: Dirichlet with exact zeros in both, softmax
+    of Gaussian logits with a noisy draft (the benchmark's rows), or peaked rows."""
+    if kind == "dirichlet":
+        target = rng.dirichlet(np.full(vocab, 0.3), size=rows)
+        draft = rng.dirichlet(np.full(vocab, 0.3), size=rows)
+        target[:, :50] = 0.0
+        draft[:, 50:90] = 0.0
+    else:
+        scale = 3.0 if kind == "softmax" else 12.0
+        logits = rng.normal(size=(rows, vocab)) * scale
+        noisy = logits + rng.normal(size=(rows, vocab))
+        target, draft = (
+            np.exp(logits - logits.max(-1, keepdims=True)),
+            np.exp(noisy - noisy.max(-1, keepdims=True)),
+        )
+    return target / target.sum(-1, keepdims=True), draft / draft.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("bins", ["bins", "fine-bins"])
+@pytest.mark.parametrize("kind", ["dirichlet", "softmax", "peaked"])
+@pytest.mark.parametrize("delta", [0.02, 0.2, 1.0])
+def test_binned_frontier_constants_match_numpy_on_long_rows(kind, delta, bins, monkeypatch):
+    """Rows of V = 12,000 go through ``_solve_binned`` (no sort of the row), with the bin
+    widths of rows below or above ``FINE_START_VOCAB``: the same constants as the numpy
+    solver, and no row needs the exact fallback."""
+    if bins == "fine-bins":
+        monkeypatch.setattr(torch_frontier, "FINE_START_VOCAB", 0)
+    rng = np.random.default_rng(17)
+    target, draft = long_rows(kind, 4, 12_000, rng)
+    fallback_rows = []
+    original = torch_frontier._solve_caps
+
+    def counting(target_rows, *args):
+        if target_rows.shape[-1] == target.shape[-1]:
+            fallback_rows.append(target_rows.shape[0])
+        return original(target_rows, *args)
+
+    monkeypatch.setattr(torch_frontier, "_solve_caps", counting)
+    lift, cap = frontier_constants(target, draft, delta)
+    got_lift, got_cap = torch_frontier.frontier_constants(
+        torch.tensor(target), torch.tensor(draft), delta
+    )
+    np.testing.assert_allclose(got_lift.numpy(), lift, rtol=1e-10, atol=1e-300)
+    np.testing.assert_allclose(got_cap.numpy(), cap, rtol=1e-10)
+    assert fallback_rows == []
+    # float32 rows: within float32 rounding of the float64 constants of the same rows
+    rounded = [torch.tensor(rows).float() for rows in (target, draft)]
+    lift32, cap32 = frontier_constants(*(rows.double().numpy() for rows in rounded), delta)
+    got_lift, got_cap = torch_frontier.frontier_constants(*rounded, delta)
+    np.testing.assert_allclose(got_lift.numpy(), lift32, rtol=1e-5, atol=1e-300)
+    np.testing.assert_allclose(got_cap.numpy(), cap32, rtol=1e-5)
 
 
 @pytest.mark.parametrize("per_position", [False, True], ids=["whole-block", "per-position"])

@@ -14,8 +14,8 @@ import torch
 from scipy import stats
 
 from cactus_theory import law, rules, sampler
+from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler import rules as torch_rules
-from cactus_theory.sampler import verify_step
 
 ALPHA = 1e-3
 SAMPLES = 200_000
@@ -74,6 +74,22 @@ def test_emitted_law_matches_the_exact_law(spec):
     assert abs(accepted.mean() - rate) < 4 * np.sqrt(rate * (1 - rate) / SAMPLES)
     # Negative control 1: these rules do not emit q, and the test must see it.
     assert chi_square_p_value(tokens[:, 0], TARGET) < ALPHA
+
+
+@pytest.mark.parametrize(
+    "spec", ["sps", "cactus:delta=0.5", "cactus-exact:delta=0.5", "frontier:delta=0.3"]
+)
+def test_two_level_emission_matches_the_exact_law(spec, monkeypatch):
+    """The row-by-row emission with the two-level inverse CDF (forced: blocks of 4 tokens
+    over V = 6, one full block and a short one) emits the same law."""
+    monkeypatch.setattr(emit, "BLOCK", 4)
+    monkeypatch.setattr(emit, "TWO_LEVEL_MIN_VOCAB", 0)
+    rule = rules.parse(spec)
+    samples = 40_000
+    tokens, accepted = emitted_tokens(rule, seed=14, samples=samples)
+    assert chi_square_p_value(tokens[:, 0], law.output_law(rule, TARGET, DRAFT)) > ALPHA
+    assert chi_square_p_value(tokens[accepted == 1, 1], BONUS) > ALPHA
+    assert chi_square_p_value(tokens[:, 0], TARGET) < ALPHA or spec == "sps"
 
 
 class _SpSResidual(torch_rules.TorchRule):

@@ -14,7 +14,11 @@ Generalised speculative sampling with target h (q = target, p = draft, n = draft
   state holds per-position values the residual reuses (a tuple of [B, k] tensors, or None);
 - ``residual(target_row, draft_row, draft_id, state)`` with one row per batch row at its
   first rejected position: rows [R, V], ids [R], the state taken there. It returns the
-  residual law [R, V] unnormalised (the inverse CDF scales by the row total).
+  residual law [R, V] unnormalised (the inverse CDF scales by the row total). The fast
+  path splits it in two: ``residual_plan(draft_id, target_at, state)`` computes the small
+  per-row values once for the batch (parts [R]), and ``residual_rows(target_rows,
+  draft_rows, plan)`` makes the elementwise passes on a few rows at a time (on CPU one
+  row, read through views, so its temporaries stay in cache).
 
 ``targets(target_probs, draft_probs, draft_ids)`` gives h at every position, [B, k, V]: the
 dense reference path and the tests use it; the fast path never builds it.
@@ -33,6 +37,8 @@ from cactus_theory.core.rules.base import Rule
 Tensor = torch.Tensor
 #: Per-position values ``accept`` hands to ``residual``: a tuple of [B, k] tensors, or None.
 State = tuple[Tensor, ...] | None
+#: Per-row values ``residual_rows`` reads: a tuple of [R] tensors, the drafted id first.
+Plan = tuple[Tensor, ...]
 
 
 def gsps_accept(adjusted_mass: Tensor, draft_mass: Tensor) -> Tensor:
@@ -45,11 +51,15 @@ def gsps_accept(adjusted_mass: Tensor, draft_mass: Tensor) -> Tensor:
 def gsps_residual(adjusted: Tensor, draft_probs: Tensor) -> Tensor:
     """(h − p)_+ over the last axis, or h itself where that is all zero (then h = p).
 
-    Unnormalised: the sampler's inverse CDF scales its uniform by the row total.
+    Unnormalised: the sampler's inverse CDF scales its uniform by the row total. Two
+    passes over [..., V] (difference and clamp in place, then the sum that detects empty
+    rows); h is copied in only when some row is empty (rare).
     """
-    excess = torch.clamp_(adjusted - draft_probs, min=0.0)  # [R, V]
-    empty = (excess.sum(dim=-1, keepdim=True) <= 0).to(excess.dtype)  # [R, 1]
-    return excess.addcmul_(empty, adjusted)  # + h on rows whose excess is all zero
+    excess = torch.sub(adjusted, draft_probs).clamp_(min=0.0)  # [..., V]
+    empty = excess.sum(dim=-1, keepdim=True) <= 0  # [..., 1]
+    if bool(empty.any().item()):
+        excess = torch.where(empty, adjusted, excess)
+    return excess
 
 
 class TorchRule:
@@ -75,6 +85,18 @@ class TorchRule:
         self, target_row: Tensor, draft_row: Tensor, draft_id: Tensor, state: State
     ) -> Tensor:
         raise NotImplementedError
+
+    def residual_plan(self, draft_id: Tensor, target_at: Tensor, state: State) -> Plan:
+        """Per-row values the residual of each emitting row needs, all [R]: computed once
+        for the batch (small work) before ``residual_rows`` runs row by row. The default
+        plan is (draft_id, *state)."""
+        return (draft_id,) + (() if state is None else tuple(state))
+
+    def residual_rows(self, target_rows: Tensor, draft_rows: Tensor, plan: Plan) -> Tensor:
+        """The residual [c, V] (unnormalised) of rows [c, V] from their slice of the plan
+        (parts [c]): ``residual`` with the plan unpacked."""
+        state = plan[1:] if len(plan) > 1 else None
+        return self.residual(target_rows, draft_rows, plan[0], state)
 
     def targets(self, target_probs: Tensor, draft_probs: Tensor, draft_ids: Tensor) -> Tensor:
         raise ValueError(f"rule: {self.rule.name} is a decision rule; it has no target h")
@@ -124,17 +146,50 @@ def branch_scale(raised: Tensor, target_mass: Tensor) -> Tensor:
 
 
 class TorchBranchRule(TorchRule):
-    """h^n_n = γ_n, h^n_i = q_i (1 − γ_n)/(1 − q_n): decided from (q_n, p_n) alone."""
+    """h^n_n = γ_n, h^n_i = q_i (1 − γ_n)/(1 − q_n): decided from (q_n, p_n) alone.
+
+    ``accept`` computes γ_n once for every position and hands it on as the state
+    (raised [B, k]), so the residual never solves γ again: a = min(1, min(γ_n, p_n)/p_n).
+    """
 
     def raised_mass(self, target_mass: Tensor, cap: Tensor | None = None) -> Tensor:
         """γ_n for q_n (elementwise, same dtype), or min(γ_n, cap)."""
         raise NotImplementedError
 
     def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
-        return gsps_accept(self.raised_mass(target_at, cap=draft_at), draft_at), None
+        raised = self.raised_mass(target_at)  # [B, k]
+        return gsps_accept(torch.minimum(raised, draft_at), draft_at), (raised,)
 
     def residual(self, target_row, draft_row, draft_id, state):
-        return gsps_residual(self.branch_targets(target_row, draft_id[:, None]), draft_row)
+        if state is None:
+            return gsps_residual(self.branch_targets(target_row, draft_id[:, None]), draft_row)
+        target_mass = target_row.gather(-1, draft_id[:, None])[:, 0]  # [R]
+        (raised,) = state
+        plan = (draft_id, raised, branch_scale(raised, target_mass))
+        return self.residual_rows(target_row, draft_row, plan)
+
+    def residual_plan(self, draft_id, target_at, state):
+        raised = self.raised_mass(target_at) if state is None else state[0]  # [R]
+        return draft_id, raised, branch_scale(raised, target_at)
+
+    def residual_rows(self, target_rows, draft_rows, plan):
+        """(h − p)_+ with h = s q off n and γ at n, for rows [c, V] and plan parts [c]
+        (ids, γ_n, s_n): one product and one in-place difference-and-clamp over [c, V];
+        h itself on a row whose excess is all zero."""
+        draft_id, raised, scale = plan
+        index = draft_id[:, None]  # [c, 1]
+        excess = torch.mul(target_rows, scale[:, None].to(target_rows.dtype))  # [c, V]
+        excess.sub_(draft_rows).clamp_(min=0.0)
+        at_id = (raised.to(target_rows.dtype)[:, None] - draft_rows.gather(-1, index)).clamp_(
+            min=0.0
+        )  # [c, 1]
+        excess.scatter_(-1, index, at_id)
+        empty = excess.sum(dim=-1, keepdim=True) <= 0  # [c, 1]
+        if bool(empty.any().item()):
+            adjusted = torch.mul(target_rows, scale[:, None].to(target_rows.dtype))  # [c, V]
+            adjusted.scatter_(-1, index, raised.to(target_rows.dtype)[:, None])
+            excess = torch.where(empty, adjusted, excess)
+        return excess
 
     def targets(self, target_probs, draft_probs, draft_ids):
         return self.branch_targets(target_probs, draft_ids[..., None])
@@ -149,7 +204,7 @@ class TorchBranchRule(TorchRule):
         """h^n [..., V] for the drafted ids ``index [..., 1]``: γ_n at n, s_n q elsewhere."""
         target_mass = target_probs.gather(-1, index)  # [..., 1]
         raised = self.raised_mass(target_mass)  # [..., 1]
-        return (target_probs * branch_scale(raised, target_mass)).scatter(-1, index, raised)
+        return (target_probs * branch_scale(raised, target_mass)).scatter_(-1, index, raised)
 
 
 class TorchDecisionRule(TorchRule):
