@@ -68,6 +68,10 @@ COMMANDS: dict[str, Command | Group] = {
                 "Speculative vs autoregressive decoding on the trained pair.",
                 needs_pair=True,
             ),
+            "vllm": Command(
+                "cactus_theory.cli.bench_vllm",
+                "Every rule inside vLLM (AL, tokens/s, KL/token) beside vLLM's own sampler.",
+            ),
         },
     ),
 }
