@@ -86,7 +86,7 @@ def table_lines(rows: list[dict]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     try:
-        import vllm  # noqa: F401
+        from vllm import LLM  # noqa: F401  (a name, so a stray namespace folder "vllm" fails)
     except ImportError:
         raise ValueError(
             "vllm: not installed; install it in its own environment (docs/vllm.md: "

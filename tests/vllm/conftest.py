@@ -1,7 +1,9 @@
 """Shared pieces of the vLLM tests: the skip reason, tiny random pairs.
 
-Every module here starts with ``pytest.importorskip("vllm", reason=...)``, so the main
-suite (no vLLM) skips them with that reason; scripts/test.sh runs them in .venv-vllm.
+Every module here starts with ``pytest.importorskip("vllm.v1.sample.rejection_sampler")``,
+so the main suite (no vLLM) skips them with a reason; scripts/test.sh runs them in
+.venv-vllm. (A submodule, not plain "vllm": pytest puts tests/ on sys.path, where this
+folder is a namespace package named ``vllm`` that a bare ``import vllm`` would find.)
 """
 
 import os
