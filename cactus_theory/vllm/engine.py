@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cactus_theory.vllm import config, plugin
+from cactus_theory.vllm import config, metrics, plugin
 
 
 def speculative_config(
@@ -51,7 +51,8 @@ def cactus_llm(
         need "probabilistic" (with "greedy" vLLM passes no draft probabilities).
     llm_kwargs : passed to ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``dtype``,
         ``enforce_eager``, ``max_model_len``); ``speculative_config`` entries given there
-        are merged in; ``disable_log_stats`` defaults to False.
+        are merged in; ``disable_log_stats`` defaults to False and ``worker_extension_cls``
+        to ``metrics.EXTENSION`` (so ``metrics.read`` works with a multiprocess engine).
 
     Sets ``CACTUS_VLLM_RULE`` (if unset) so that engine processes started from here load
     the plug-in, and installs it in this process.
@@ -72,6 +73,7 @@ def cactus_llm(
     )
     additional = {**llm_kwargs.pop("additional_config", {}), config.RULE_KEY: rule}
     llm_kwargs.setdefault("disable_log_stats", False)
+    llm_kwargs.setdefault("worker_extension_cls", metrics.EXTENSION)
     return LLM(
         model=model,
         speculative_config=spec_config,

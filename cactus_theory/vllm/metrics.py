@@ -5,8 +5,11 @@ a row with at least one draft: the drafts verified, the drafts accepted, and (wh
 is on) Σ KL(emitted law ‖ q) over the row's emitting positions, the exact per-token KL of
 ``sampler.law.emitted_divergence`` (the decoder's divergence meter; 0 for SpS and for a
 bonus token). Counters live in the process that runs the model (each worker); the caller
-reads them with ``read(llm)`` (``LLM.collective_rpc`` with a function of this module, which
-each worker runs on its own counters), so nothing has to be configured on the engine.
+reads them with ``read(llm)`` through ``LLM.collective_rpc``: by method name when the
+engine was built with ``worker_extension_cls=EXTENSION`` (``engine.cactus_llm`` sets it;
+needed with a multiprocess engine, whose RPC does not ship functions unless
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``), else with a function of this module (works for
+an in-process engine).
 
 Rows that vLLM's own sampler verified are recorded under ``"vllm"`` (or ``"vllm-greedy"``
 for temperature-0 rows), without KL.
@@ -91,6 +94,30 @@ def recorder() -> Recorder:
     return _RECORDER
 
 
+#: The worker extension ``engine.cactus_llm`` installs (``worker_extension_cls``).
+EXTENSION = "cactus_theory.vllm.metrics.MetricsExtension"
+
+
+class MetricsExtension:
+    """Mixed into vLLM's worker class: ``collective_rpc("cactus_metrics")`` and
+    ``collective_rpc("cactus_metrics_reset")``."""
+
+    def cactus_metrics(self) -> dict[str, dict[str, Any]]:
+        return _RECORDER.snapshot()
+
+    def cactus_metrics_reset(self) -> bool:
+        _RECORDER.reset()
+        return True
+
+
+def _has_extension(llm: Any) -> bool:
+    try:
+        parallel = llm.llm_engine.vllm_config.parallel_config
+    except AttributeError:
+        return False
+    return getattr(parallel, "worker_extension_cls", "") == EXTENSION
+
+
 def worker_snapshot(worker: Any = None) -> dict[str, dict[str, Any]]:
     """Run in a worker by ``collective_rpc``: its counters' summaries."""
     return _RECORDER.snapshot()
@@ -109,7 +136,7 @@ def read(llm: Any) -> dict[str, dict[str, Any]]:
     the last pipeline stage samples), so the first worker that recorded anything speaks for
     the engine.
     """
-    snapshots = llm.collective_rpc(worker_snapshot)
+    snapshots = llm.collective_rpc("cactus_metrics" if _has_extension(llm) else worker_snapshot)
     for snapshot in snapshots:
         if snapshot:
             return snapshot
@@ -118,4 +145,4 @@ def read(llm: Any) -> dict[str, dict[str, Any]]:
 
 def reset(llm: Any) -> None:
     """Clear the counters in every worker of ``llm``'s engine."""
-    llm.collective_rpc(worker_reset)
+    llm.collective_rpc("cactus_metrics_reset" if _has_extension(llm) else worker_reset)
