@@ -40,7 +40,8 @@ if [[ ! -f "$marker" || "$(cat "$marker")" != "$recipe" ]]; then
     rm -rf "$venv"
     "${PYTHON:-python}" -m venv "$venv"
     # One resolve for vLLM and the project (its ranges admit vLLM's pins).
-    "$venv/bin/pip" install $recipe -e ".[test]"
+    # --no-compile: skip byte-compiling ~3 GB of packages (imports compile what they use).
+    "$venv/bin/pip" install --no-compile $recipe -e ".[test]"
     "$venv/bin/pip" uninstall -y torchvision torchaudio torchcodec
 else
     # Reused: refresh the project (editable, test extras) under the installed vLLM's pins.

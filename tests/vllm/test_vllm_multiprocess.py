@@ -1,5 +1,6 @@
-"""The plug-in in a multiprocess engine (vLLM's default: EngineCore and the worker in their
-own processes): the entry point loads there, per-request rules travel in
+"""The plug-in in a fresh interpreter: the entry point is inert without
+``CACTUS_VLLM_RULE``; then a multiprocess engine (vLLM's default: EngineCore and the worker
+in their own processes) loads it there, per-request rules travel in
 ``SamplingParams.extra_args``, and ``metrics.read`` answers through the worker extension."""
 
 import json
@@ -12,11 +13,20 @@ import pytest
 pytest.importorskip("vllm.v1.sample.rejection_sampler", reason="vLLM is not installed here")
 
 SCRIPT = """
-import json, sys
-from cactus_theory.vllm import engine, metrics
-from vllm.inputs import TokensPrompt
+import json, os, sys
+from vllm.plugins import load_general_plugins
+from vllm.v1.sample import rejection_sampler
 
 if __name__ == "__main__":
+    # Without CACTUS_VLLM_RULE the entry point installs nothing.
+    load_general_plugins()
+    assert not hasattr(rejection_sampler.rejection_sample, "_cactus_patched"), "active"
+    os.environ["CACTUS_VLLM_RULE"] = "sps"  # with it, register() installs the patches
+    from cactus_theory.vllm import engine, metrics, plugin
+    plugin.register()
+    assert rejection_sampler.rejection_sample._cactus_patched
+    from vllm.inputs import TokensPrompt
+
     verifier, draft = sys.argv[1], sys.argv[2]
     llm = engine.cactus_llm(verifier, draft, rule="sps", k=3, enforce_eager=True,
         dtype="float32", max_model_len=256, skip_tokenizer_init=True, seed=0)
@@ -32,7 +42,7 @@ if __name__ == "__main__":
 """
 
 
-def test_a_multiprocess_engine_runs_the_rule_and_reports_metrics(tiny_pair):
+def test_inert_entry_point_then_a_multiprocess_engine_with_rules_and_metrics(tiny_pair):
     env = {k: v for k, v in os.environ.items() if k != "CACTUS_VLLM_RULE"}
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
     result = subprocess.run(
@@ -49,3 +59,7 @@ def test_a_multiprocess_engine_runs_the_rule_and_reports_metrics(tiny_pair):
     assert found["cactus:delta=1.0"]["steps"] > 0 and found["vllm"]["steps"] > 0
     assert found["cactus:delta=1.0"]["accepted_length"] > found["vllm"]["accepted_length"]
     assert found["cactus:delta=1.0"]["kl_per_token"] > 0
+    from importlib.metadata import entry_points
+
+    names = {point.value for point in entry_points(group="vllm.general_plugins")}
+    assert "cactus_theory.vllm.plugin:register" in names

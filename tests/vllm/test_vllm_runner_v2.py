@@ -35,20 +35,20 @@ def v2_batch(counts, steps, temperature=2.0, seed=0, states=None):
     batch = len(counts)
     slots = batch + 3
     states = torch.randperm(slots, generator=generator)[:batch] if states is None else states
+    lengths = torch.tensor(counts, dtype=torch.int64)  # [B]
     cu = torch.tensor([0, *np.cumsum([n + 1 for n in counts])], dtype=torch.int32)
     total = int(cu[-1])
-    target_logits = torch.empty(total, len(TARGET))
-    draft_sampled = torch.zeros(total, dtype=torch.int32)
-    expanded_idx = torch.empty(total, dtype=torch.int32)
-    local_pos = torch.empty(total, dtype=torch.int32)
-    for b, n in enumerate(counts):
-        start = int(cu[b])
-        target_logits[start : start + n] = torch.tensor(TARGET).log()
-        target_logits[start + n] = torch.tensor(BONUS).log()
-        drafts = torch.multinomial(torch.tensor(DRAFT), max(n, 1), True, generator=generator)
-        draft_sampled[start + 1 : start + n + 1] = drafts[:n].to(torch.int32)
-        expanded_idx[start : start + n + 1] = int(states[b])
-        local_pos[start : start + n + 1] = torch.arange(n + 1, dtype=torch.int32)
+    request = torch.repeat_interleave(torch.arange(batch), lengths + 1)  # [L]
+    local = torch.arange(total) - cu[:-1].to(torch.int64)[request]  # [L] 0..n_b
+    is_bonus = local == lengths[request]  # [L]
+    target_logits = torch.where(
+        is_bonus[:, None], torch.tensor(BONUS).log(), torch.tensor(TARGET).log()
+    ).to(torch.float32)
+    drafts = torch.multinomial(torch.tensor(DRAFT), total, True, generator=generator)
+    # Row r's input token is the draft verified at row r - 1 (local 0: the last sample).
+    draft_sampled = torch.where(local > 0, drafts, 0).to(torch.int32)
+    expanded_idx = states[request].to(torch.int32)
+    local_pos = local.to(torch.int32)
     draft_logits = torch.randn(slots, steps, len(DRAFT), generator=generator)  # unused slots
     draft_logits[states] = (torch.tensor(DRAFT, dtype=torch.float32).log() * temperature)[
         None, None
