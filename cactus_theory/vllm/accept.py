@@ -310,7 +310,7 @@ def rejection_sample(
     target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)  # [N, V]
     lengths = torch.tensor(num_draft_tokens, dtype=torch.int64)  # [B] (CPU)
     starts = (torch.cumsum(lengths, 0) - lengths).tolist()
-    meter = config.meter_enabled()
+    meter = config.current_meter()
     for spec in sorted({specs[b] for b in ours}):
         group = [b for b in ours if specs[b] == spec]
         flat = torch.cat(

@@ -66,11 +66,17 @@ def meter_enabled() -> bool:
     return os.environ.get(ENV_METER, "1").strip() != "0"
 
 
+#: Key of the meter switch in ``additional_config`` (True/False; default: ``ENV_METER``).
+METER_KEY = "cactus_meter"
+
+
 @dataclass(frozen=True)
 class BatchRules:
-    """The rule of each row of the batch being verified (``None``: vLLM's own sampler)."""
+    """The rule of each row of the batch being verified (``None``: vLLM's own sampler), and
+    the engine's meter switch (None: ``meter_enabled()``)."""
 
     specs: tuple[str | None, ...]
+    meter: bool | None = None
 
     @property
     def rules(self) -> list[Rule | None]:
@@ -94,9 +100,10 @@ def spec_of_request(extra_args: dict | None, engine_default: str | None) -> str 
 
 
 @contextmanager
-def batch_rules(specs: Sequence[str | None]) -> Iterator[None]:
-    """Make ``specs`` (one per batch row) the rules of the accept step called inside."""
-    token = _CURRENT.set(BatchRules(tuple(specs)))
+def batch_rules(specs: Sequence[str | None], meter: bool | None = None) -> Iterator[None]:
+    """Make ``specs`` (one per batch row) the rules of the accept step called inside, and
+    ``meter`` (None: the environment's) its meter switch."""
+    token = _CURRENT.set(BatchRules(tuple(specs), meter))
     try:
         yield
     finally:
@@ -111,3 +118,12 @@ def current_specs(batch_size: int) -> list[str | None]:
         return list(found.specs)
     default = env_default()
     return [spec_of_request(None, default)] * batch_size
+
+
+def current_meter() -> bool:
+    """Whether the accept step running now measures KL: the engine's switch (set by the
+    model runner from ``additional_config["cactus_meter"]``), else ``meter_enabled()``."""
+    found = _CURRENT.get()
+    if found is not None and found.meter is not None:
+        return found.meter
+    return meter_enabled()

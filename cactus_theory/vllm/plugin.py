@@ -45,12 +45,20 @@ def _patch_accept() -> None:
     rejection_sampler.rejection_sample = patched
 
 
+def _additional(runner: Any) -> dict:
+    extra = getattr(getattr(runner, "vllm_config", None), "additional_config", None)
+    return extra if isinstance(extra, dict) else {}
+
+
 def engine_default(runner: Any) -> str | None:
     """The engine's rule spec: ``additional_config["cactus_rule"]``, else the environment."""
-    extra = getattr(getattr(runner, "vllm_config", None), "additional_config", None)
-    if isinstance(extra, dict) and extra.get(config.RULE_KEY):
-        return extra[config.RULE_KEY]
-    return config.env_default()
+    return _additional(runner).get(config.RULE_KEY) or config.env_default()
+
+
+def engine_meter(runner: Any) -> bool | None:
+    """The engine's meter switch ``additional_config["cactus_meter"]`` (None if unset)."""
+    value = _additional(runner).get(config.METER_KEY)
+    return None if value is None else bool(value)
 
 
 def row_specs(runner: Any) -> list[str | None]:
@@ -75,7 +83,7 @@ def _patch_runner() -> None:
     def _sample(self, logits, spec_decode_metadata):
         if spec_decode_metadata is None:
             return original(self, logits, spec_decode_metadata)
-        with config.batch_rules(row_specs(self)):
+        with config.batch_rules(row_specs(self), engine_meter(self)):
             return original(self, logits, spec_decode_metadata)
 
     setattr(_sample, MARK, True)

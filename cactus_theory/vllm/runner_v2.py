@@ -119,7 +119,7 @@ def rejection_sample(
     if draft_logits is not None:
         vocab = min(vocab, int(draft_logits.shape[-1]))
     bounds = cu_num_logits.to(torch.int64).tolist()
-    meter = config.meter_enabled()
+    meter = config.current_meter()
     for spec in sorted({specs[b] for b in ours}):
         group = [b for b in ours if specs[b] == spec]
         rule = config.parse_spec(spec)

@@ -363,3 +363,50 @@ def test_metrics_summaries():
     assert summary["sps"]["kl_per_token"] == 0.0  # SpS is lossless: KL 0 without a meter
     with pytest.raises(ValueError, match="accepted"):
         recorder.add("sps", drafts=[1, 2], accepted=[1], kl=None)
+
+
+def test_the_engine_meter_switch_turns_kl_off():
+    metrics.recorder().reset()
+    ids, target, draft, _ = ragged_case([2, 1])
+    with config.batch_rules(["cactus:delta=1.0"] * 2, meter=False):
+        accept.rejection_sample(
+            FakeOriginal(),
+            ids.to(torch.int32),
+            [2, 1],
+            2,
+            torch.tensor([2, 3], dtype=torch.int32),
+            draft,
+            target.clamp_min(1e-30).log(),
+            torch.tensor([[1], [2]]),
+            fake_metadata(2, all_random=True),
+        )
+    summary = metrics.recorder().snapshot()["cactus:delta=1.0"]
+    assert summary["steps"] == 2 and summary["kl_per_token"] is None
+
+
+def test_the_runner_hook_resolves_each_rows_rule():
+    """``plugin.row_specs``: extra_args, else additional_config, else the environment;
+    "vllm" means vLLM's own sampler; the meter switch comes from additional_config."""
+    from types import SimpleNamespace
+
+    from cactus_theory.vllm import plugin
+
+    def request(extra):
+        return SimpleNamespace(sampling_params=SimpleNamespace(extra_args=extra))
+
+    runner = SimpleNamespace(
+        vllm_config=SimpleNamespace(
+            additional_config={"cactus_rule": "cactus:delta=0.5", "cactus_meter": False}
+        ),
+        input_batch=SimpleNamespace(req_ids=["a", "b", "c"]),
+        requests={
+            "a": request(None),
+            "b": request({"cactus_rule": "frontier:delta=1.0"}),
+            "c": request({"cactus_rule": "vllm"}),
+        },
+    )
+    assert plugin.row_specs(runner) == ["cactus:delta=0.5", "frontier:delta=1.0", None]
+    assert plugin.engine_meter(runner) is False
+    runner.vllm_config.additional_config = {}
+    assert plugin.engine_meter(runner) is None
+    assert plugin.row_specs(runner)[0] == config.env_default()
