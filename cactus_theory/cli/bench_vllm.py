@@ -8,10 +8,12 @@ step, the acceptance rate per draft, tokens/s (best round), the speed-up over "v
 the exact KL per token of the emitted law (the divergence meter, measured inside the
 engine; 0 for SpS, not measured for vLLM's own sampler, which is lossless).
 
-Defaults: without --verifier/--draft a tiny random pair (2-layer Llama, vocabulary 512,
-init 0.3, draft noise 0.1: q has about 3.9 nats of entropy) is written to a temporary
-folder; say so in any numbers you quote, since a random pair says nothing about real text.
-Prompts are random token ids (``--prompt-len`` each), so any pair works without a tokenizer.
+Pairs: --verifier/--draft; else the project's default pair (``cactus train-pair``'s small
+Llama pair trained on standard-library text, trained on first use and cached; its held-out
+prompts, tokenized here); or --tiny, a tiny random pair (2-layer Llama, vocabulary 512,
+init 0.3, draft noise 0.1) written to a temporary folder, which says nothing about real
+text (say so in any numbers you quote). Prompts: --prompts FILE, else the pair's, else
+random token ids (``--prompt-len`` each). Prompts reach vLLM as token ids.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ DEFAULT_RULES = ("sps", "cactus:delta=0.5", "cactus:delta=1.0", "frontier:delta=
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verifier", metavar="PATH_OR_ID", help="verifier (target) model")
     parser.add_argument("--draft", metavar="PATH_OR_ID", help="draft model (same vocabulary)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="use a tiny random pair instead of the default pair"
+    )
+    parser.add_argument(
+        "--prompts", metavar="FILE", help="prompt file (.jsonl or one per line); needs a tokenizer"
+    )
     parser.add_argument(
         "--rule",
         action="append",
@@ -56,7 +64,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     if (args.verifier is None) != (args.draft is None):
-        raise ValueError("verifier: give both --verifier and --draft, or neither (tiny pair)")
+        raise ValueError("verifier: give both --verifier and --draft, or neither (default pair)")
+    if args.tiny and args.verifier is not None:
+        raise ValueError("tiny: give --tiny or --verifier/--draft, not both")
     for name in ("k", "num_prompts", "prompt_len", "max_new_tokens", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name.replace('_', '-')}: must be at least 1")
@@ -83,7 +93,7 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, default_pair=None) -> int:
     _check(args)
     try:
         from vllm import LLM  # noqa: F401  (a name, so a stray namespace folder "vllm" fails)
@@ -98,14 +108,21 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:
         config.parse_spec(spec)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    prompts_file = args.prompts
     with tempfile.TemporaryDirectory(prefix="cactus-vllm-pair-") as scratch:
-        if args.verifier is None:
+        if args.tiny:
             from cactus_theory.vllm.tiny_pair import save_tiny_pair
 
             verifier, draft = save_tiny_pair(
                 scratch, vocab=512, seed=args.seed, init=0.3, noise=0.1
             )
             pair_name = "tiny random pair (vocab 512, init 0.3, draft noise 0.1; not a real model)"
+        elif args.verifier is None:
+            if default_pair is None:
+                raise ValueError("verifier: no default pair here; give --verifier and --draft")
+            pair = default_pair()
+            verifier, draft, pair_name = pair.verifier, pair.draft, f"default pair ({pair.name})"
+            prompts_file = prompts_file or pair.prompts
         else:
             verifier, draft, pair_name = (
                 args.verifier,
@@ -113,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.verifier} + {args.draft}",
             )
         print(f"cactus bench vllm: pair {pair_name}, k={args.k}, T={args.temperature}", flush=True)
+        prompt_ids = prompt_token_ids(verifier, prompts_file, args)
         llm = engine.cactus_llm(
             verifier,
             draft,
@@ -125,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size,
             skip_tokenizer_init=True,
         )
-        rows = measure(llm, specs, args, engine, metrics)
+        rows = measure(llm, specs, prompt_ids, args, engine, metrics)
     for line in table_lines(rows):
         print(line)
     if args.json:
@@ -136,17 +154,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(llm, specs: list[str], args: argparse.Namespace, engine, metrics) -> list[dict]:
-    """Interleaved rounds over ``specs``; one row per spec (tokens/s: its best round)."""
+def prompt_token_ids(verifier: str, prompts_file: str | None, args: argparse.Namespace):
+    """``--num-prompts`` prompts as token-id lists: the file's, tokenized by the verifier's
+    tokenizer, or random ids (``--prompt-len`` each) when there is no file."""
     import torch
+
+    if prompts_file is not None:
+        from transformers import AutoTokenizer
+
+        from cactus_theory.decode.runs import read_prompts
+
+        texts = read_prompts(prompts_file)[: args.num_prompts]
+        tokenizer = AutoTokenizer.from_pretrained(verifier)
+        budget = args.max_model_len - args.max_new_tokens - args.k - 1
+        return [tokenizer(text)["input_ids"][-budget:] for text in texts]
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(verifier).vocab_size
+    generator = torch.Generator().manual_seed(args.seed)
+    shape = (args.num_prompts, args.prompt_len)
+    return torch.randint(3, vocab, shape, generator=generator).tolist()
+
+
+def measure(
+    llm, specs: list[str], prompt_ids: list[list[int]], args: argparse.Namespace, engine, metrics
+) -> list[dict]:
+    """Interleaved rounds over ``specs``; one row per spec (tokens/s: its best round)."""
     from vllm.inputs import TokensPrompt
 
-    vocab = llm.llm_engine.model_config.get_vocab_size()
-    generator = torch.Generator().manual_seed(args.seed)
-    prompts = [
-        TokensPrompt(prompt_token_ids=ids.tolist())
-        for ids in torch.randint(3, vocab, (args.num_prompts, args.prompt_len), generator=generator)
-    ]
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids]
     best: dict[str, float] = {}
     totals: dict[str, dict] = {}
     for _ in range(args.repeats):

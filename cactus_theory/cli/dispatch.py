@@ -7,8 +7,8 @@ imports torch and ``cactus decode`` never imports cvxpy. This is the one place a
 import proofs_check, sims and paper_figs from cactus_theory.
 
 Commands that run the small trained verifier/draft pair by default (``decode``,
-``bench decode``) get a ``default_pair`` callable from here, which trains or loads the
-pair through ``sims.train_pair``; cactus_theory itself never imports sims.
+``bench decode``, ``bench vllm``) get a ``default_pair`` callable from here, which trains or
+loads the pair through ``sims.train_pair``; cactus_theory itself never imports sims.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ COMMANDS: dict[str, Command | Group] = {
             "vllm": Command(
                 "cactus_theory.cli.bench_vllm",
                 "Every rule inside vLLM (AL, tokens/s, KL/token) beside vLLM's own sampler.",
+                needs_pair=True,
             ),
         },
     ),

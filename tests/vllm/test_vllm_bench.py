@@ -14,7 +14,7 @@ from cactus_theory.cli import dispatch as cli  # noqa: E402
 
 def test_bench_vllm_prints_and_writes_the_table(tmp_path, capsys):
     path = tmp_path / "bench.json"
-    words = ["bench", "vllm", "--rule", "cactus:delta=1.0", "--num-prompts", "4"]
+    words = ["bench", "vllm", "--tiny", "--rule", "cactus:delta=1.0", "--num-prompts", "4"]
     words += ["--max-new-tokens", "16", "--repeats", "1", "--json", str(path)]
     assert cli.main(words) == 0
     table = json.loads(path.read_text())
