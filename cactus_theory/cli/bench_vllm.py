@@ -6,7 +6,8 @@ request through ``SamplingParams.extra_args``), in ``--repeats`` interleaved rou
 each it reports AL (accepted drafts per verify step, bonus excluded), tokens per verify
 step, the acceptance rate per draft, tokens/s (best round), the speed-up over "vllm" and
 the exact KL per token of the emitted law (the divergence meter, measured inside the
-engine; 0 for SpS, not measured for vLLM's own sampler, which is lossless).
+engine; 0 for SpS, not measured for vLLM's own sampler, which is lossless). The meter's
+cost is inside tokens/s; ``--no-meter`` measures speed without it (no KL column then).
 
 Pairs: --verifier/--draft; else the project's default pair (``cactus train-pair``'s small
 Llama pair trained on standard-library text, trained on first use and cached; its held-out
@@ -58,6 +59,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=512, help="default 512")
     parser.add_argument(
         "--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallelism (default 1)"
+    )
+    parser.add_argument(
+        "--no-meter",
+        action="store_true",
+        help="skip the in-engine KL meter (its cost is part of tokens/s otherwise)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
 
@@ -142,6 +148,7 @@ def run(args: argparse.Namespace, default_pair=None) -> int:
             seed=args.seed,
             tensor_parallel_size=args.tensor_parallel_size,
             skip_tokenizer_init=True,
+            meter=not args.no_meter,
         )
         rows = measure(llm, specs, prompt_ids, args, engine, metrics)
     for line in table_lines(rows):
@@ -211,7 +218,7 @@ def measure(
             merged["accepted"] += read["accepted"]
             merged["tokens"] = merged.get("tokens", 0) + read["tokens"]
             merged["kl_sum"] = merged.get("kl_sum", 0.0) + read["kl_sum"]
-            merged["kl_measured"] = read["kl_measured"] and spec != "vllm"
+            merged["kl_measured"] = read["kl_measured"] and spec != "vllm" and not args.no_meter
     rows = []
     for spec in specs:
         total = totals[spec]

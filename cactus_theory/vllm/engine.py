@@ -38,7 +38,7 @@ def cactus_llm(
     rule: str = "cactus:delta=1.0",
     k: int = 3,
     draft_sample_method: str = "probabilistic",
-    meter: bool = True,
+    meter: bool | None = None,
     **llm_kwargs: Any,
 ):
     """A ``vllm.LLM`` of ``model`` speculating with ``draft``, verified with ``rule``.
@@ -50,9 +50,10 @@ def cactus_llm(
     k : drafts per verify step (``num_speculative_tokens``).
     draft_sample_method : vLLM's; rules that read the draft row (``config.needs_draft_probs``)
         need "probabilistic" (with "greedy" vLLM passes no draft probabilities).
-    meter : measure the exact KL per token in the engine (``metrics``); it costs an
-        O(W log W) pass per emitted token, W the support of q and p (the whole vocabulary
-        without top-k/top-p), so serving at full vocabulary may want it off.
+    meter : measure the exact KL per token in the engine (``metrics``); None: as
+        ``CACTUS_VLLM_METER`` says (default on). It costs an O(W log W) pass per emitted
+        token, W the support of q and p (vLLM's draft rows are never truncated, so the
+        whole vocabulary); serving may want it off.
     llm_kwargs : passed to ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``dtype``,
         ``enforce_eager``, ``max_model_len``); ``speculative_config`` entries given there
         are merged in; ``disable_log_stats`` defaults to False and ``worker_extension_cls``
@@ -75,11 +76,9 @@ def cactus_llm(
     spec_config = speculative_config(
         draft, k, draft_sample_method, **llm_kwargs.pop("speculative_config", {})
     )
-    additional = {
-        **llm_kwargs.pop("additional_config", {}),
-        config.RULE_KEY: rule,
-        config.METER_KEY: bool(meter),
-    }
+    additional = {**llm_kwargs.pop("additional_config", {}), config.RULE_KEY: rule}
+    if meter is not None:
+        additional[config.METER_KEY] = bool(meter)
     llm_kwargs.setdefault("disable_log_stats", False)
     llm_kwargs.setdefault("worker_extension_cls", metrics.EXTENSION)
     return LLM(
