@@ -15,7 +15,7 @@
 # 3. runs tests/vllm (and tests/test_layering.py) there, one torch thread.
 #
 # Measured on a 2-core machine: steps 2-3 on a fresh machine 6 min 57 s (install 3 min
-# 18 s, tests 3 min 30 s, compiling what they import); reused venv about 2.5 minutes.
+# 18 s, tests 3 min 30 s, compiling what they import); reused venv 1 min 48 s.
 #
 # Environment: PYTHON (default python) creates the venv; CACTUS_VLLM_VENV moves it;
 # CACTUS_SKIP_VLLM=1 skips steps 2-3 (for a machine that cannot install vLLM) and
