@@ -6,9 +6,10 @@ subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` 
 imports torch and ``cactus decode`` never imports cvxpy. This is the one place allowed to
 import proofs_check, sims and paper_figs from cactus_theory.
 
-Commands that run the default real pair (``decode``, ``bench decode``) get a
-``default_pair`` callable from here, which builds or loads it through ``sims.smollm``;
-cactus_theory itself never imports sims.
+Commands that decode with a pair by default get a pair callable from here:
+``decode`` and ``bench decode`` the default real pair (``sims.smollm``: SmolLM2 and its
+feature draft), ``bench vllm`` the small stdlib pair (``sims.train_pair``: vLLM drafts
+with a standalone model, not a feature draft); cactus_theory itself never imports sims.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Command:
     module: str
     help: str
     needs_pair: bool = False
+    stdlib_pair: bool = False  # needs the standalone stdlib pair, not the default one
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,12 @@ COMMANDS: dict[str, Command | Group] = {
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
             ),
+            "vllm": Command(
+                "cactus_theory.cli.bench_vllm",
+                "Every rule inside vLLM (AL, tokens/s, KL/token) beside vLLM's own sampler.",
+                needs_pair=True,
+                stdlib_pair=True,
+            ),
         },
     ),
 }
@@ -85,6 +93,19 @@ def default_pair():
     from sims import smollm
 
     return smollm.ensure_pair()
+
+
+def stdlib_pair():
+    """The small pair trained on standard-library text (``sims.train_pair``), with its
+    held-out prompts: two standalone models, as vLLM's draft-model speculation needs."""
+    from pathlib import Path
+
+    from cactus_theory.decode.runs import Pair
+    from sims import train_pair
+
+    verifier, draft = train_pair.ensure_pair()
+    prompts = Path(verifier).parent / train_pair.PROMPTS_FILE
+    return Pair(verifier, draft, str(prompts) if prompts.is_file() else None, "stdlib")
 
 
 def _attach(command: Command, parser: argparse.ArgumentParser) -> None:
@@ -125,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(command.module)
     try:
         if command.needs_pair:
-            return int(module.run(args, default_pair=default_pair) or 0)
+            pair = stdlib_pair if command.stdlib_pair else default_pair
+            return int(module.run(args, default_pair=pair) or 0)
         return int(module.run(args) or 0)
     except ValueError as error:
         print(f"cactus {name}: error: {error}", file=sys.stderr)

@@ -1,0 +1,129 @@
+"""Which rule verifies each row: the engine default, per-request overrides, and the batch
+context the model runner hands to the accept step.
+
+Resolution, per request row (first that is set wins):
+
+1. ``SamplingParams(extra_args={"cactus_rule": SPEC})``: SPEC is a rule spec
+   (``"cactus:delta=1.0"``), or ``"vllm"`` for vLLM's own rejection sampler on that row;
+2. the engine's ``additional_config={"cactus_rule": SPEC}`` (set by ``engine.cactus_llm``);
+3. the environment variable ``CACTUS_VLLM_RULE`` (the plug-in's switch: without it the
+   entry point installs nothing).
+
+A row whose rule resolves to ``None`` (``"vllm"``) keeps vLLM's own sampler.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from cactus_theory.core import rules
+from cactus_theory.core.rules.base import DecisionRule, Rule
+from cactus_theory.core.rules.sps import SpS
+
+#: Environment variable holding the default rule spec; it also switches the plug-in on.
+ENV_RULE = "CACTUS_VLLM_RULE"
+#: Environment variable: "0" turns the in-engine KL meter off (acceptance is still counted).
+ENV_METER = "CACTUS_VLLM_METER"
+#: Key of the rule spec in ``SamplingParams.extra_args`` and ``additional_config``.
+RULE_KEY = "cactus_rule"
+#: The spec that selects vLLM's own rejection sampler for a row.
+VLLM_SPEC = "vllm"
+
+
+@functools.lru_cache(maxsize=256)
+def parse_spec(spec: str) -> Rule | None:
+    """The rule of ``spec`` (``None`` for ``"vllm"``); ValueError naming ``spec`` if bad."""
+    if not isinstance(spec, str):
+        raise ValueError(f"spec: expected a rule spec string, got {type(spec).__name__}")
+    if spec.strip() == VLLM_SPEC:
+        return None
+    return rules.parse(spec)
+
+
+def needs_draft_probs(rule: Rule) -> bool:
+    """True for rules whose decisions need the draft's real row p, not a one-hot.
+
+    SpS with a one-hot draft is exactly vLLM's own lossless path for a greedy draft (the
+    one-hot is then the draft's true law), and the decision rules (tas, topk, greedy) never
+    read p; every other rule (cactus, cactus-exact, frontier, pareto, interp) does.
+    """
+    return not isinstance(rule, (SpS, DecisionRule))
+
+
+def env_default() -> str | None:
+    """The spec in ``CACTUS_VLLM_RULE``, or None when unset or empty."""
+    value = os.environ.get(ENV_RULE, "").strip()
+    return value or None
+
+
+def meter_enabled() -> bool:
+    """False when ``CACTUS_VLLM_METER=0``: the KL meter is skipped (its O(V log V) cost)."""
+    return os.environ.get(ENV_METER, "1").strip() != "0"
+
+
+#: Key of the meter switch in ``additional_config`` (True/False; default: ``ENV_METER``).
+METER_KEY = "cactus_meter"
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """The rule of each row of the batch being verified (``None``: vLLM's own sampler), and
+    the engine's meter switch (None: ``meter_enabled()``)."""
+
+    specs: tuple[str | None, ...]
+    meter: bool | None = None
+
+    @property
+    def rules(self) -> list[Rule | None]:
+        return [None if spec is None else parse_spec(spec) for spec in self.specs]
+
+
+_CURRENT: contextvars.ContextVar[BatchRules | None] = contextvars.ContextVar(
+    "cactus_batch_rules", default=None
+)
+
+
+def spec_of_request(extra_args: dict | None, engine_default: str | None) -> str | None:
+    """The spec one request row resolves to (``None``: vLLM's sampler); see the module
+    docstring."""
+    spec = (extra_args or {}).get(RULE_KEY, engine_default)
+    if spec is None:
+        return None
+    if parse_spec(spec) is None:
+        return None
+    return spec
+
+
+@contextmanager
+def batch_rules(specs: Sequence[str | None], meter: bool | None = None) -> Iterator[None]:
+    """Make ``specs`` (one per batch row) the rules of the accept step called inside, and
+    ``meter`` (None: the environment's) its meter switch."""
+    token = _CURRENT.set(BatchRules(tuple(specs), meter))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_specs(batch_size: int) -> list[str | None]:
+    """The specs of the ``batch_size`` rows being verified: the model runner's (set by
+    ``batch_rules``) when their count matches, else the engine default for every row."""
+    found = _CURRENT.get()
+    if found is not None and len(found.specs) == batch_size:
+        return list(found.specs)
+    default = env_default()
+    return [spec_of_request(None, default)] * batch_size
+
+
+def current_meter() -> bool:
+    """Whether the accept step running now measures KL: the engine's switch (set by the
+    model runner from ``additional_config["cactus_meter"]``), else ``meter_enabled()``."""
+    found = _CURRENT.get()
+    if found is not None and found.meter is not None:
+        return found.meter
+    return meter_enabled()
