@@ -790,25 +790,25 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
     (and k), from the report's real-model table."""
     table = results.real_model or {}
     rows = [row for row in table.get("rows", []) if row["rule"] != "autoregressive"]
-    fig, axis = plt.subplots(figsize=(7.2, 4.6))
+    fig, axis = plt.subplots(figsize=(8.4, 4.6))
     series: dict = {}
+    labels = list(dict.fromkeys(row["label"] for row in rows))  # one colour per rule and δ
+    palette = plt.get_cmap("tab10")
+    colour = {label: palette(index % 10) for index, label in enumerate(labels)}
     for row in rows:
-        name = row["rule"].split(":")[0]
         kl = row["kl_per_token"]
         shown = kl if _finite(kl) and kl > 0 else 1e-6  # SpS: KL exactly 0, drawn at 1e-6
         axis.scatter(
             [shown],
             [row["acceptance_length"]],
-            color=COLORS.get(name, "#777777"),
+            color=colour[row["label"]],
             marker=K_MARKERS.get(row["k"], "D"),
-            s=42,
+            s=46,
             zorder=3,
         )
-        axis.annotate(
-            f"{row['label']} k={row['k']}", (shown, row["acceptance_length"]), fontsize=6.5,
-            xytext=(4, 2), textcoords="offset points",
-        )  # fmt: skip
         series[f"{row['rule']} k={row['k']}"] = (kl, row["acceptance_length"], row["speedup"])
+    for label in labels:
+        axis.scatter([], [], color=colour[label], marker="o", label=label)
     axis.set_xscale("log")
     axis.set_xlabel(
         "realised KL(emitted ‖ verifier) per token (nats, divergence meter; SpS at 1e-6)"
@@ -816,7 +816,7 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
     axis.set_ylabel("AL (accepted drafts per verify step)")
     for k, marker in K_MARKERS.items():
         axis.scatter([], [], color="#777777", marker=marker, label=f"k = {k}")
-    axis.legend(fontsize=8, loc="lower right")
+    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     axis.grid(alpha=0.3, which="both")
     pair = table.get("pair", "?")
     axis.set_title(f"Real pair ({pair}): acceptance bought per nat of divergence", fontsize=10)
