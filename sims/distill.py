@@ -25,9 +25,10 @@ settings, the prompts and the verifier; labels and training checkpoints are keye
 own settings), written atomically: finished chunks are kept and training checkpoints every
 ``checkpoint_every`` steps, so an interrupted run resumes where it stopped. The result is
 written to ``--out`` (by default the shipped ``sims/drafts/smollm2/``) with a
-``distill.json`` of the settings, timings and held-out losses. On 2 CPU cores the whole run
-takes about 20 minutes; it is reproducible from the seed on the same machine, thread count
-and torch build (sampling in bfloat16 depends on the order of floating-point sums).
+``distill.json`` of the settings, timings and held-out losses. On 2 CPU cores shared with
+other jobs the whole run took about an hour (answers 19 min, labels 13, training 27); it
+is reproducible from the seed on the same machine, thread count and torch build
+(sampling in bfloat16 depends on the order of floating-point sums).
 """
 
 from __future__ import annotations
@@ -354,14 +355,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     defaults = DistillSettings()
     parser.description = (
         "Distil the feature draft of the default real pair from SmolLM2-135M-Instruct "
-        "(answers, labels, training; cached and resumable). About 20 minutes on 2 cores."
+        "(answers, labels, training; cached and resumable). About an hour on 2 cores."
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="draft folder to write")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="draft folder to write (default: the shipped one)",
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of every phase")
     parser.add_argument("--steps", type=int, default=defaults.steps, help="training steps")
     parser.add_argument("--rank", type=int, default=defaults.rank, help="head rank (0: full)")
-    parser.add_argument("--layers", type=int, default=defaults.num_layers)
-    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument(
+        "--layers", type=int, default=defaults.num_layers, help="Llama layers of the draft"
+    )
+    parser.add_argument("--threads", type=int, default=defaults.threads, help="CPU threads")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -378,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
         num_layers=args.layers,
         threads=args.threads,
     )
-    print("training the feature draft (a one-time build, about 20 minutes on 2 cores)")
+    print("training the feature draft (cached and resumable; about an hour on 2 cores)")
     summary = distill(settings, args.out)
     print(json.dumps(summary, indent=1))
     return 0
