@@ -72,22 +72,17 @@ class DistillSettings:
 # --- phase 1: answers ----------------------------------------------------------------------
 
 
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-    )
-    return tokenizer(text, add_special_tokens=False).input_ids
-
-
 def generate_answers(verifier, tokenizer, prompts: list[str], settings, chunk: int) -> list:
-    """Prompt + answer ids (a list of int lists) for one chunk of prompts."""
+    """Prompt + answer ids (a list of int lists) for one chunk of prompts; ``tokenizer``
+    pads on the left."""
     import torch
 
-    prompt_ids = [chat_ids(tokenizer, prompt) for prompt in prompts]
-    width = max(len(ids) for ids in prompt_ids)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (width - len(row)) + row for row in prompt_ids])  # [C, P]
-    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in prompt_ids])
+    from cactus_theory.core.processors import PAPER_SETTING
+    from cactus_theory.decode.checks import eos_ids
+    from cactus_theory.decode.runs import encode_prompts
+
+    ids, mask = encode_prompts(tokenizer, prompts, chat=True)  # [C, P] each, left-padded
+    width = ids.shape[1]
     torch.manual_seed(settings.seed * 1_000_003 + chunk)
     with torch.no_grad():
         output = verifier.generate(
@@ -95,26 +90,21 @@ def generate_answers(verifier, tokenizer, prompts: list[str], settings, chunk: i
             attention_mask=mask,
             max_new_tokens=settings.max_new_tokens,
             do_sample=True,
-            temperature=0.6,
-            top_k=20,
-            top_p=0.95,
-            pad_token_id=pad,
+            temperature=PAPER_SETTING.temperature,
+            top_k=PAPER_SETTING.top_k,
+            top_p=PAPER_SETTING.top_p,
+            pad_token_id=tokenizer.pad_token_id,
         )  # [C, P + n]
-    eos = set(_eos_ids(verifier))
+    eos = set(eos_ids(verifier.generation_config.eos_token_id, verifier.config.vocab_size))
     sequences = []
-    for row, prompt_row in zip(output[:, width:].tolist(), prompt_ids, strict=True):
+    for row, answer_row in enumerate(output[:, width:].tolist()):
         answer = []
-        for token in row:
+        for token in answer_row:
             answer.append(token)
             if token in eos:
                 break
-        sequences.append(prompt_row + answer)
+        sequences.append(ids[row][mask[row].bool()].tolist() + answer)
     return sequences
-
-
-def _eos_ids(verifier) -> list[int]:
-    eos = verifier.generation_config.eos_token_id
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 # --- phase 2: labels -----------------------------------------------------------------------
@@ -310,6 +300,7 @@ def distill(settings: DistillSettings, out: Path, say=print) -> dict:
     folder = work_folder(settings, verifier_path)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(verifier_path)
+    tokenizer.padding_side = "left"
     verifier = AutoModelForCausalLM.from_pretrained(verifier_path, dtype=torch.bfloat16).eval()
     prompts = training_prompts()
     chunks = [prompts[i : i + settings.chunk] for i in range(0, len(prompts), settings.chunk)]

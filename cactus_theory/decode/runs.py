@@ -142,10 +142,16 @@ def load_setup(
 
 
 def encode(setup: Setup, prompts: list[str]):
-    """(input_ids [B, P], attention_mask [B, P]) left-padded, through the chat template
-    (one user turn, generation prompt added) when ``setup.chat``."""
-    tokenizer = setup.tokenizer
-    if setup.chat:
+    """(input_ids [B, P], attention_mask [B, P]) of ``prompts`` for this setup
+    (``encode_prompts`` with its tokenizer and chat setting)."""
+    return encode_prompts(setup.tokenizer, prompts, setup.chat)
+
+
+def encode_prompts(tokenizer, prompts: list[str], chat: bool):
+    """(input_ids [B, P], attention_mask [B, P]) padded on the tokenizer's padding side
+    (left, as ``load_setup`` sets it), through the chat template (one user turn,
+    generation prompt added) when ``chat``."""
+    if chat:
         texts = [
             tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True

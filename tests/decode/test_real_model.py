@@ -17,6 +17,7 @@ import torch
 
 from cactus_theory import decode
 from cactus_theory.decode.feature_draft import FeatureDraft
+from cactus_theory.decode.runs import encode_prompts
 from sims import smollm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -40,21 +41,9 @@ def pair():
     tokenizer = AutoTokenizer.from_pretrained(VERIFIER)
     verifier = AutoModelForCausalLM.from_pretrained(VERIFIER, dtype=torch.float32).eval()
     draft = FeatureDraft.load(smollm.DRAFT_FOLDER, verifier)
-    rows = [
-        list(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
-        )
-        for prompt in PROMPTS
-    ]
-    width = max(len(row) for row in rows)
+    tokenizer.padding_side = "left"
+    ids, mask = encode_prompts(tokenizer, PROMPTS, chat=True)  # [B, P] each
     pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])  # [B, P]
-    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])  # [B, P]
     return verifier, draft, ids, mask, pad
 
 
