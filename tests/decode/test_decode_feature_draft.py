@@ -20,7 +20,7 @@ from cactus_theory.decode.feature_draft import FeatureDraft, FeatureDraftConfig
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def config(rank):
+def config(rank, vocab_subset=None):
     return FeatureDraftConfig(
         hidden_size=32,
         num_layers=2,
@@ -29,7 +29,18 @@ def config(rank):
         intermediate_size=64,
         max_position_embeddings=512,
         rank=rank,
+        vocab_subset=vocab_subset,
     )
+
+
+#: A reduced-vocabulary head's subset S of the tiny vocabulary (97 tokens).
+SUBSET = torch.arange(3, 97, 2)  # 47 tokens
+
+
+def subset_draft(verifier, seed):
+    draft = FeatureDraft.build(verifier, config(None, len(SUBSET)), seed=seed)
+    draft.set_subset(SUBSET)
+    return draft
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +63,13 @@ def fresh_draft_logits(verifier, draft, history, drafted=(), predicted=()):
     return logits[0, -1], hidden[0, -1]
 
 
-@pytest.mark.parametrize("rank", [None, 8])
+@pytest.mark.parametrize("rank", [None, 8, "subset"])
 def test_cached_laws_equal_fresh_forwards(verifier, rank):
-    draft = FeatureDraft.build(verifier, config(rank), seed=1)
-    if rank:
+    if rank == "subset":
+        draft = subset_draft(verifier, seed=1)
+    else:
+        draft = FeatureDraft.build(verifier, config(rank), seed=1)
+    if rank == 8:
         torch.nn.init.normal_(draft.projection)
     ids, mask = tiny.left_padded_prompts(batch=3, pads=(0, 2, 4))
     target = CachedModel(verifier, 3, tiny.DEVICE)
@@ -121,6 +135,39 @@ def test_save_and_load_round_trip(verifier, tmp_path):
     assert loaded.head.data_ptr() == verifier.get_output_embeddings().weight.data_ptr()
     with pytest.raises(ValueError, match="^draft: cannot load a feature draft"):
         FeatureDraft.load(tmp_path / "missing", verifier)
+
+
+def test_a_subset_head_is_the_full_head_restricted_to_its_tokens(verifier, tmp_path):
+    """logits = head(f̂) on S and −inf elsewhere, exactly; saved and loaded with S."""
+    draft = subset_draft(verifier, seed=4)
+    full = FeatureDraft.build(verifier, config(None), seed=4)  # same seed: same weights
+    ids = torch.randint(0, 97, (2, 5), device=tiny.DEVICE)
+    features = torch.randn(2, 5, 32, dtype=torch.float64, device=tiny.DEVICE)
+    logits, _ = draft(ids, features)  # [2, 5, 97]
+    reference, _ = full(ids, features)
+    outside = torch.ones(97, dtype=torch.bool)
+    outside[SUBSET] = False
+    assert torch.equal(logits[..., SUBSET], reference[..., SUBSET])
+    assert torch.isneginf(logits[..., outside]).all()
+    draft.save(tmp_path / "fd", dtype=torch.float64)
+    loaded = FeatureDraft.load(tmp_path / "fd", verifier)
+    assert torch.equal(loaded.subset_ids, SUBSET)
+    assert torch.equal(loaded(ids, features)[0], logits)
+
+
+def test_a_subset_is_checked():
+    verifier = tiny.llama(seed=0)
+    draft = FeatureDraft.build(verifier, config(None, 3), seed=0)
+    with pytest.raises(ValueError, match="^token_ids: the subset holds a token twice"):
+        draft.set_subset(torch.tensor([1, 1, 2]))
+    with pytest.raises(ValueError, match=r"^token_ids: ids must lie in \[0, 97\)"):
+        draft.set_subset(torch.tensor([1, 2, 97]))
+    with pytest.raises(ValueError, match="^token_ids: expected 3 ids"):
+        draft.set_subset(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="^config: choose a rank-r head or a vocabulary subset"):
+        FeatureDraft.build(verifier, config(8, 3))
+    with pytest.raises(ValueError, match=r"^config: vocab_subset must be in \[1, 97\]"):
+        FeatureDraft.build(verifier, config(None, 98))
 
 
 def test_decoding_with_a_feature_draft_keeps_the_guarantees(verifier):
