@@ -9,7 +9,7 @@ so a bare ``cactus decode`` runs. Prompts go through the tokenizer's chat templa
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
-per sequence, ``cactus_theory.decode.meter``), the speed-up over plain autoregressive
+per sequence, ``cactus_theory.sampler.divergence_meter``), the speed-up over plain autoregressive
 decoding of the same prompts with the same settings (measured in the same run), the
 acceptance histogram and the verifier NLL of both outputs.
 

@@ -2,7 +2,8 @@
 
 - ``generate``: ``speculative_generate``, ``autoregressive_generate``, ``verifier_nll``;
 - ``cache``: the per-model KV cache of slots, its rollback and right-alignment;
-- ``meter``: the divergence meter and the per-sequence KL budget (``max_kl``);
+- ``budget``: the per-sequence KL budget (``max_kl``; the divergence meter it reads is
+  ``cactus_theory.sampler.divergence_meter``, shared with the vLLM plug-in);
 - ``checks``: the decoder's input checks.
 """
 

@@ -60,6 +60,7 @@ from cactus_theory import sampler
 from cactus_theory.core import validate
 from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.core.rules.base import Rule
+from cactus_theory.decode.budget import KLBudget
 from cactus_theory.decode.cache import (
     CachedModel,
     DraftCache,
@@ -78,7 +79,7 @@ from cactus_theory.decode.checks import (
     vocab_size,
 )
 from cactus_theory.decode.feature_draft import FeatureDraft
-from cactus_theory.decode.meter import KLBudget, StepDivergence, positions_below, step_divergence
+from cactus_theory.sampler.divergence_meter import StepDivergence, positions_below, step_divergence
 from cactus_theory.sampler.processors import process_logits
 
 Tensor = torch.Tensor
@@ -472,9 +473,9 @@ def speculative_generate(
     eos_token_id, pad_token_id : None takes the verifier's generation config (module
         docstring); ``eos_token_id=[]`` never stops at EOS.
     generator : the source of every random draw (draft tokens and the sampler's uniforms).
-    divergence : run the divergence meter (``DecodeResult.token_kl``; ``meter``).
+    divergence : run the divergence meter (``DecodeResult.token_kl``; ``sampler.divergence_meter``).
     max_kl : cap every row's Σ_t KL(μ_t ‖ q_t) at this many nats (rules with a δ only;
-        ``meter.KLBudget``), falling back to SpS when the budget is spent.
+        ``budget.KLBudget``), falling back to SpS when the budget is spent.
 
     Returns a ``DecodeResult``; see the module docstring for the method.
     """
