@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cactus_theory import divergences, gamma, rules
+from cactus_theory import divergences, rules
+from cactus_theory.core import gamma
 from proofs_check import instances, overshoot, reference, search
 from proofs_check.claims import ROUNDING, Context, Worst, budget_tolerance, instance_dict, row
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cactus_theory import divergences, gamma, law, rules
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import gamma
 from cactus_theory.core.rules import baselines
 from proofs_check import formulations, instances, reference
 from proofs_check.claims import (

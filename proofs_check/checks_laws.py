@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 
-from cactus_theory import divergences, gamma, law, rules
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import gamma
 from cactus_theory.core.verify import inverse_cdf, verify_block
 from proofs_check import instances, reference, search
 from proofs_check.claims import ROUNDING, Context, Worst, budget_tolerance, instance_dict, row

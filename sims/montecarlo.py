@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from cactus_theory import block, validate
+from cactus_theory.core import block, validate
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import inverse_cdf, verify_block
 from sims import rows, tradeoff

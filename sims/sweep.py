@@ -37,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cactus_theory import block, rules, validate
+from cactus_theory import rules
+from cactus_theory.core import block, validate
 from cactus_theory.core.processors import PAPER_SETTING, PLAIN_SETTING, SamplingSettings
 from cactus_theory.util import provenance
 from cactus_theory.util.files import atomic_write_bytes, check_writable_folder

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cactus_theory import gamma
 from cactus_theory.cli import dispatch as cactus_cli
+from cactus_theory.core import gamma
 from cactus_theory.core.rules import frontier as frontier_module
 from proofs_check import checks_exact, checks_laws, claims, cli, report, runner
 

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cactus_theory import divergences, gamma, law, rules
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import gamma
 from proofs_check import formulations, instances, reference, search
 from proofs_check.checks_exact import cross_entropy_raised_mass
 

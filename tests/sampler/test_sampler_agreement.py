@@ -16,8 +16,9 @@ import torch
 from hypothesis import given, settings
 from strategies import pairs, positive_budgets
 
-from cactus_theory import divergences, gamma, rules, sampler, validate
-from cactus_theory import verify as reference
+from cactus_theory import divergences, rules, sampler
+from cactus_theory.core import gamma, validate
+from cactus_theory.core import verify as reference
 from cactus_theory.core.rules.frontier import frontier_constants
 from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler import gamma as torch_gamma
