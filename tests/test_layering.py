@@ -1,5 +1,6 @@
 """The layers of ``cactus_theory`` import only downwards: util <- core <- sampler <- decode
-<- vllm <- cli.
+<- vllm <- cli, except that vllm never imports decode (what both engines share, such as
+the divergence meter, lives in sampler).
 
 Two checks. Static: every import statement in every file of a layer (module level and
 inside functions) names only the layers it may use. Dynamic: importing the numpy core,
@@ -45,7 +46,7 @@ ALLOWED = {
     },
 }
 #: The packages beside cactus_theory: proofs_check and paper_figs use the numpy core only
-#: (paper_figs reads results; ``cactus report`` runs sims and proofs_check through it).
+#: (``cactus report``, in paper_figs, runs sims and proofs_check, then draws their results).
 BESIDE = {
     "proofs_check": {
         "cactus_theory.util",
