@@ -198,28 +198,24 @@ def autoregressive_generate(
     input_ids: Tensor | None = None,
     rule: Rule | str | None = None,
     k: int | None = None,
-    max_new_tokens: int = 64,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float = 1.0,
-    eos_token_id: int | list[int] | None = None,
-    generator: torch.Generator | None = None,
+    *,
     attention_mask: Tensor | None = None,
-    pad_token_id: int | None = None,
     divergence: bool = True,
     max_kl: float | None = None,
+    **settings,
 ) -> DecodeResult:
-    """Plain decoding with the verifier alone; same preparation, interface and result.
+    """Plain decoding with the verifier alone; same preparation, keywords and result.
 
-    ``draft``, ``rule``, ``k`` and ``max_kl`` are accepted and ignored, so the two functions
-    can be swapped in a benchmark. One token per verifier call, drawn by inverse CDF from
-    the processed law with a uniform from ``generator``; every token's law is q, so the
-    meter reads 0 (``token_kl`` is zeros when ``divergence`` is on).
+    ``settings`` are the generation keywords ``speculative_generate`` takes, with the same
+    meaning and defaults (``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``,
+    ``eos_token_id``, ``pad_token_id``, ``generator``: ``settings.GenerationSettings``);
+    any other is a ValueError. ``draft``, ``rule``, ``k`` and ``max_kl`` are accepted and
+    ignored, so the two functions can be swapped in a benchmark. One token per verifier
+    call, drawn by inverse CDF from the processed law with a uniform from ``generator``;
+    every token's law is q, so the meter reads 0 (``token_kl`` is zeros when
+    ``divergence`` is on).
     """
-    settings = GenerationSettings(
-        max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id, generator,
-        meter=divergence,
-    )  # fmt: skip
+    settings = GenerationSettings.from_keywords(settings, meter=divergence)
     prepared = prepare(verifier, None, input_ids, attention_mask, settings)
     clock = device_clock(prepared.device)
     progress = Progress(prepared.batch, prepared.max_new_tokens, prepared.eos, prepared.meter)

@@ -8,7 +8,7 @@ defaults into a ``Prepared``: what the loops read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -39,6 +39,16 @@ class GenerationSettings:
     pad_token_id: int | None = None
     generator: torch.Generator | None = None
     meter: bool = True  # the ``divergence`` keyword: run the divergence meter
+
+    @classmethod
+    def from_keywords(cls, keywords: dict, meter: bool = True) -> GenerationSettings:
+        """The settings of generate keywords (``max_new_tokens=...``); a ValueError names a
+        keyword that is not one of them."""
+        names = [item.name for item in fields(cls) if item.name != "meter"]
+        for name in keywords:
+            if name not in names:
+                raise ValueError(f"{name}: not a generate keyword (those are {', '.join(names)})")
+        return cls(**keywords, meter=meter)
 
 
 @dataclass
