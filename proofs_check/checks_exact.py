@@ -175,109 +175,140 @@ COMPARISON = (
 )
 
 
+class _BranchTally:
+    """What the per-branch check of one divergence accumulates over its batches."""
+
+    def __init__(self) -> None:
+        self.reduction = Worst()  # |cvxpy h_n − bisection γ*(spent)|
+        self.certificate = Worst()  # cvxpy h_n − bisection γ*(spent)
+        self.exactness = Worst()  # |our γ*(δ) − bisection γ*(δ)|
+        self.excess = Worst()  # (D(structured h‖q) − δ)/tolerance on full rows
+        self.raw = 0.0  # |our γ*(δ) − cvxpy's optimal value| (info: cvxpy's budget rounding)
+        self.structure = 0.0  # |cvxpy argmax − structured h| (info: argmax accuracy)
+        self.failures = 0
+        self.over_budget = 0
+        self.inaccurate = 0
+
+
+def _tally_ours(tally: _BranchTally, batch, tokens: Array, delta: float, divergence: str):
+    """Our γ* against bisection, and our branch h within δ on full rows; (q_n, our γ*,
+    bisection γ*) [N] for the cvxpy comparison."""
+    rows = np.arange(batch.target.shape[0])
+    vocab_size = batch.target.shape[1]
+    q_n = batch.target[rows, tokens]
+    rule = rules.make("cactus-exact", delta=delta, divergence=divergence)
+    ours = rule.raised_mass(q_n)
+    exact = reference.bisect_raised_mass(q_n, delta, divergence)
+    error = np.abs(ours - exact)
+    tally.exactness.update(
+        error,
+        error > ROUNDING,
+        vocab_size,
+        lambda i, t=batch.target, n=tokens, o=ours, e=exact, dl=delta: instance_dict(
+            t[i], token=n[i], delta=dl, ours=o[i], bisection=e[i]
+        ),
+    )
+    adjusted = rule.targets_for(batch.target, batch.draft, tokens)
+    value = divergences.rows(divergence, adjusted, batch.target)
+    over = (value - delta) / budget_tolerance(delta)
+    tally.excess.update(
+        over,
+        over > 1.0,
+        vocab_size,
+        lambda i, t=batch.target, n=tokens, v=value, dl=delta: instance_dict(
+            t[i], token=n[i], delta=dl, divergence_value=v[i]
+        ),
+    )
+    return q_n, ours, exact
+
+
+def _cvxpy_branches(tally: _BranchTally, batch, tokens: Array, delta: float, divergence, bar):
+    """cvxpy's per-branch optimum of every row: (solved rows, optimal flags, values [S],
+    points [S, V] renormalised), or None when no row was solved."""
+    solved, values, points, accurate = [], [], [], []
+    for index in range(batch.target.shape[0]):
+        try:
+            solution = formulations.solve_branch(
+                batch.target[index], int(tokens[index]), delta, divergence
+            )
+        except formulations.SolverError:
+            tally.failures += 1
+            continue
+        solved.append(index)
+        accurate.append(solution.status == "optimal")
+        values.append(solution.value)
+        support = batch.target[index] > 0 if divergence in ("kl", "chi2") else None
+        points.append(_renormalised(solution.point, support))
+        bar.update()
+    if not solved:
+        return None
+    return np.array(solved), np.array(accurate), np.array(values), np.stack(points)
+
+
+def _tally_cvxpy(tally: _BranchTally, batch, tokens, delta, divergence, ours, exact, q_n, found):
+    """Each cvxpy point against the exact γ* at the divergence it spends (``COMPARISON``)."""
+    solved, accurate, values, points = found
+    vocab_size = batch.target.shape[1]
+    tally.inaccurate += int(np.sum(~accurate))
+    target = batch.target[solved]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spent = np.maximum(divergences.rows(divergence, points, target), 0.0)
+    tally.over_budget += int(np.sum(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15))
+    best = reference.bisect_raised_mass(q_n[solved], spent, divergence)
+    raised = points[np.arange(solved.size), tokens[solved]]
+    tally.raw = max(tally.raw, float(np.max(np.abs(ours[solved] - values))))
+
+    def describe(i, t=target, n=tokens[solved], v=values, u=spent, b=best, dl=delta):
+        return instance_dict(
+            t[i], token=n[i], delta=dl, cvxpy=v[i], cvxpy_spent=u[i], exact_at_spent=b[i]
+        )
+
+    tally.certificate.update(raised - best, raised - best > CERTIFICATE_SLACK, vocab_size, describe)
+    gap = np.where(accurate, np.abs(raised - best), np.nan)
+    tally.reduction.update(gap, gap > SOLVER_TOLERANCE, vocab_size, describe)
+    if divergence in STRICTLY_CONVEX:
+        # Compared only where the optimum is unique and the objective can tell it
+        # apart: 0 < q_n < 1 and a lift γ* − q_n above cvxpy's tolerance.
+        lift = exact[solved] - q_n[solved]
+        inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0) & (lift > SOLVER_TOLERANCE)
+        shaped = reference.structured_targets(target, tokens[solved], values)
+        # Structured h at the cvxpy optimum against cvxpy's own argmax (info only).
+        if np.any(inside):
+            tally.structure = max(tally.structure, float(np.abs(shaped - points)[inside].max()))
+
+
 def _check_branch(context: Context, divergence: str) -> dict:
     """Thm 2 and our γ* against cvxpy's per-branch optimum (see ``COMPARISON``)."""
     total = context.count(25, 10_000)
     rng, stream = _instances(context, f"branch-{divergence}", total)
-    reduction = Worst()  # |cvxpy h_n − bisection γ*(spent)|
-    certificate = Worst()  # cvxpy h_n − bisection γ*(spent)
-    exactness = Worst()  # |our γ*(δ) − bisection γ*(δ)|
-    raw = 0.0  # |our γ*(δ) − cvxpy's optimal value| (info: cvxpy's own budget rounding)
-    structure = 0.0  # |cvxpy argmax − structured h| (info: interior-point argmax accuracy)
-    excess = Worst()  # (D(structured h‖q) − δ)/tolerance on full rows
-    failures = 0
-    over_budget = 0
-    inaccurate = 0
+    tally = _BranchTally()
     with context.bar(total, f"per-branch {divergence}") as bar:
         for batch in stream:
-            count, vocab_size = batch.target.shape
             delta = float(batch.delta[0])
-            rows = np.arange(count)
-            tokens = rng.integers(vocab_size, size=count)
+            tokens = rng.integers(batch.target.shape[1], size=batch.target.shape[0])
             tokens[::4] = 0  # the adversarial family places its special mass at index 0
-            q_n = batch.target[rows, tokens]
-            rule = rules.make("cactus-exact", delta=delta, divergence=divergence)
-            ours = rule.raised_mass(q_n)
-            exact = reference.bisect_raised_mass(q_n, delta, divergence)
-            error = np.abs(ours - exact)
-            exactness.update(
-                error,
-                error > ROUNDING,
-                vocab_size,
-                lambda i, t=batch.target, n=tokens, o=ours, e=exact, dl=delta: instance_dict(
-                    t[i], token=n[i], delta=dl, ours=o[i], bisection=e[i]
-                ),
-            )
-            adjusted = rule.targets_for(batch.target, batch.draft, tokens)
-            value = divergences.rows(divergence, adjusted, batch.target)
-            over = (value - delta) / budget_tolerance(delta)
-            excess.update(
-                over,
-                over > 1.0,
-                vocab_size,
-                lambda i, t=batch.target, n=tokens, v=value, dl=delta: instance_dict(
-                    t[i], token=n[i], delta=dl, divergence_value=v[i]
-                ),
-            )
-            solved, values, points, accurate = [], [], [], []
-            for index in range(count):
-                try:
-                    solution = formulations.solve_branch(
-                        batch.target[index], int(tokens[index]), delta, divergence
-                    )
-                except formulations.SolverError:
-                    failures += 1
-                    continue
-                solved.append(index)
-                accurate.append(solution.status == "optimal")
-                values.append(solution.value)
-                support = batch.target[index] > 0 if divergence in ("kl", "chi2") else None
-                points.append(_renormalised(solution.point, support))
-                bar.update()
-            if not solved:
-                continue
-            solved, accurate = np.array(solved), np.array(accurate)
-            inaccurate += int(np.sum(~accurate))
-            values, points = np.array(values), np.stack(points)
-            target = batch.target[solved]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                spent = np.maximum(divergences.rows(divergence, points, target), 0.0)
-            over_budget += int(np.sum(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15))
-            best = reference.bisect_raised_mass(q_n[solved], spent, divergence)
-            raised = points[np.arange(solved.size), tokens[solved]]
-            raw = max(raw, float(np.max(np.abs(ours[solved] - values))))
+            q_n, ours, exact = _tally_ours(tally, batch, tokens, delta, divergence)
+            found = _cvxpy_branches(tally, batch, tokens, delta, divergence, bar)
+            if found is not None:
+                _tally_cvxpy(tally, batch, tokens, delta, divergence, ours, exact, q_n, found)
+    return {"rows": _branch_rows(tally, divergence)}
 
-            def describe(i, t=target, n=tokens[solved], v=values, u=spent, b=best, dl=delta):
-                return instance_dict(
-                    t[i],
-                    token=n[i],
-                    delta=dl,
-                    cvxpy=v[i],
-                    cvxpy_spent=u[i],
-                    exact_at_spent=b[i],
-                )
 
-            certificate.update(
-                raised - best, raised - best > CERTIFICATE_SLACK, vocab_size, describe
-            )
-            gap = np.where(accurate, np.abs(raised - best), np.nan)
-            reduction.update(gap, gap > SOLVER_TOLERANCE, vocab_size, describe)
-            if divergence in STRICTLY_CONVEX:
-                # Compared only where the optimum is unique and the objective can tell it
-                # apart: 0 < q_n < 1 and a lift γ* − q_n above cvxpy's tolerance.
-                lift = exact[solved] - q_n[solved]
-                inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0) & (lift > SOLVER_TOLERANCE)
-                shaped = reference.structured_targets(target, tokens[solved], values)
-                # Structured h at the cvxpy optimum against cvxpy's own argmax (info only).
-                if np.any(inside):
-                    structure = max(structure, float(np.abs(shaped - points)[inside].max()))
+def _branch_rows(tally: _BranchTally, divergence: str) -> list[dict]:
+    """The rows thm2.<divergence> and ours.gamma.<divergence> from the tally."""
+    reduction, certificate, exactness, excess = (
+        tally.reduction,
+        tally.certificate,
+        tally.exactness,
+        tally.excess,
+    )
     text = DIVERGENCE_TEXT[divergence]
     unique = "unique" if divergence in STRICTLY_CONVEX else "not unique: TV is not strictly convex"
     common = {
         "max cvxpy-point advantage": certificate.value,
-        "cvxpy points over budget": over_budget,
-        "optimal_inaccurate (certificate only)": inaccurate,
-        "solver_failures": failures,
+        "cvxpy points over budget": tally.over_budget,
+        "optimal_inaccurate (certificate only)": tally.inaccurate,
+        "solver_failures": tally.failures,
     }
     thm2 = row(
         f"thm2.{divergence}",
@@ -290,7 +321,7 @@ def _check_branch(context: Context, divergence: str) -> dict:
         reduction.count,
         {
             "max |cvxpy − scalar γ*|": reduction.value,
-            "max |cvxpy argmax − structured h|": structure,
+            "max |cvxpy argmax − structured h|": tally.structure,
             **common,
         },
         reduction.counterexample or certificate.counterexample or excess.counterexample,
@@ -309,7 +340,7 @@ def _check_branch(context: Context, divergence: str) -> dict:
         {
             "max |ours − bisection|": exactness.value,
             "max |cvxpy − γ*| at cvxpy's spent divergence": reduction.value,
-            "max |ours − cvxpy value| at δ": raw,
+            "max |ours − cvxpy value| at δ": tally.raw,
             "max (D − δ)/tolerance": excess.value,
             **common,
         },
@@ -318,7 +349,7 @@ def _check_branch(context: Context, divergence: str) -> dict:
         or certificate.counterexample
         or excess.counterexample,
     )
-    return {"rows": [thm2, ours_row]}
+    return [thm2, ours_row]
 
 
 # --- our frontier against the output-law problem -------------------------------------------
