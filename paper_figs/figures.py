@@ -23,11 +23,22 @@ from paper_figs.figures_tradeoff import figure_tradeoff
 
 def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     """Γ(δ)/δ per rule and the closed form's per-branch overshoot (from proofs_check)."""
-    curves = claims["curves"]
-    gamma = curves["gamma"]
-    deltas = gamma["delta"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
-    series: dict = {"gamma_over_delta": {}, "branch_overshoot": {}}
+    series = {
+        "gamma_over_delta": _emitted_overshoot_panel(left, claims["curves"]["gamma"], results),
+        "branch_overshoot": _branch_overshoot_panel(right, claims["curves"]["branch_overshoot"]),
+    }
+    fig.tight_layout()
+    png, svg = save(fig, folder, "fig2_overshoot")
+    caption = _overshoot_caption(claims["curves"]["gamma"])
+    return Figure("fig2_overshoot", "Overshoot Γ(δ)/δ", caption, png, svg, series)
+
+
+def _emitted_overshoot_panel(left, gamma: dict, results: Results) -> dict:
+    """Γ(δ)/δ of each rule's emitted law: proofs_check's sup (solid) and the report's
+    real-text contexts (dashed); returns the solid curves by rule."""
+    deltas = gamma["delta"]
+    series: dict = {}
     for name, values in gamma["rules"].items():
         ratio = [(d, v / d) for d, v in zip(deltas, values, strict=True) if d > 0 and finite(v)]
         if ratio:
@@ -39,7 +50,7 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
                 label=f"{name}: sup over instances, V ≤ {max(gamma.get('vocab_sizes', [0]))} "
                 "(proofs_check)",
             )
-        series["gamma_over_delta"][name] = ratio
+        series[name] = ratio
     for name in ("cactus", "cactus-exact", "frontier"):
         rows = sorted(
             (
@@ -73,7 +84,12 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     left.set_title("Emitted-law overshoot Γ(δ)/δ", fontsize=10)
     left.grid(alpha=0.3, which="both")
     left.legend(fontsize=7.5)
-    branch = curves["branch_overshoot"]
+    return series
+
+
+def _branch_overshoot_panel(right, branch: dict) -> dict:
+    """The closed form's per-branch overshoot: measured sup over q_n and the analytic
+    curve; returns the plotted values."""
     right.plot(
         branch["delta"],
         branch["measured"],
@@ -86,11 +102,6 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     right.plot(
         dense["delta"], dense["value"], "-", color="black", lw=1.2, label="analytic: log(1+2δ)/δ"
     )
-    series["branch_overshoot"] = {
-        "delta": list(branch["delta"]),
-        "measured": list(branch["measured"]),
-        "analytic": list(branch["analytic"]),
-    }
     right.axhline(1.0, color="black", lw=0.8, ls=":")
     right.set_xscale("log")
     right.set_xlabel("budget δ  [nats, log scale]")
@@ -98,8 +109,15 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     right.set_title("Paper's closed form: per-branch overshoot", fontsize=10)
     right.grid(alpha=0.3, which="both")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    png, svg = save(fig, folder, "fig2_overshoot")
+    return {
+        "delta": list(branch["delta"]),
+        "measured": list(branch["measured"]),
+        "analytic": list(branch["analytic"]),
+    }
+
+
+def _overshoot_caption(gamma: dict) -> str:
+    """Figure 2's caption, with the unbounded family's largest member when there is one."""
     caption = (
         "Read: above the dotted line at 1 a rule's output (left) or a single branch (right) "
         "leaves its δ-ball. Left: how far the emitted law can move from q, as a multiple of "
@@ -122,7 +140,7 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
             f"{largest['V']}: KL(emitted‖q) = {largest['kl_emitted']:.3g}, "
             f"{largest['ratio']:.3g}·δ)."
         )
-    return Figure("fig2_overshoot", "Overshoot Γ(δ)/δ", caption, png, svg, series)
+    return caption
 
 
 # -- figure 3 -------------------------------------------------------------------------------

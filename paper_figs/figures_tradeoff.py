@@ -116,6 +116,8 @@ def _gap_panel(axis, rows: list[dict], source: str) -> dict:
 
 
 def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
+    """One source's panel: the reference lines, one curve per tunable rule, the decision
+    rules as points; returns the plotted (KL, acceptance) series by rule."""
     series: dict = {}
     finite_kl = [
         r["emitted_kl"]
@@ -123,8 +125,31 @@ def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
         if r["name"] not in ("sps", "pareto") and finite(r["emitted_kl"]) and r["emitted_kl"] > 0
     ]
     low = min(finite_kl, default=1e-4)
-    high = max(finite_kl, default=1.0)
-    edge = high * 2.5
+    edge = max(finite_kl, default=1.0) * 2.5  # where infinite KL is drawn
+    _reference_lines(axis, rows, series)
+    for name in ("pareto", "frontier", "cactus-exact", "cactus", "interp"):
+        points = sorted(
+            ((r["param"], r["emitted_kl"], r["acceptance"]) for r in rows_where(rows, name=name)),
+            key=lambda item: item[0],
+        )
+        if points:
+            series[name] = [(kl, acc) for _, kl, acc in points]
+            _rule_curve(axis, name, points, edge)
+    for name, marker in (("tas", "D"), ("topk", "s")):
+        for row in rows_where(rows, name=name):
+            _decision_point(axis, name, marker, row, edge)
+            series.setdefault(name, []).append((row["emitted_kl"], row["acceptance"]))
+    axis.set_xscale("log")
+    axis.set_xlim(low / 1.5, edge * 1.8)
+    axis.set_xlabel("mean KL(emitted law ‖ verifier q)  [nats, log scale]")
+    axis.set_ylabel("mean acceptance of the drafted token")
+    axis.set_title(_source_title(rows[0]) if rows else source, fontsize=10)
+    axis.grid(alpha=0.3, which="both")
+    return series
+
+
+def _reference_lines(axis, rows: list[dict], series: dict) -> None:
+    """The acceptance ceiling (draft mass where q > 0) and SpS (KL = 0) as lines."""
     ceiling = [r["draft_in_support"] for r in rows if finite(r.get("draft_in_support"))]
     if ceiling and ceiling[0] < 0.999:
         axis.axhline(
@@ -144,90 +169,77 @@ def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
             label="SpS (KL = 0): lossless",
         )
         series["sps"] = [(0.0, sps[0]["acceptance"])]
-    for name in ("pareto", "frontier", "cactus-exact", "cactus", "interp"):
-        points = sorted(
-            ((r["param"], r["emitted_kl"], r["acceptance"]) for r in rows_where(rows, name=name)),
-            key=lambda item: item[0],
+
+
+def _rule_curve(axis, name: str, points: list[tuple], edge: float) -> None:
+    """A tunable rule's curve over its parameter (``points``: (param, KL, acceptance)),
+    infinite KL drawn at ``edge``; cactus at δ = 1 starred."""
+    shown = [(kl, acc) for _, kl, acc in points if finite(kl) and kl > 0]
+    infinite = [acc for _, kl, acc in points if not finite(kl)]
+    label = NAMES[name]
+    style = {"color": COLORS[name], "lw": 2.6 if name == "pareto" else 1.6}
+    if shown:
+        axis.plot(
+            *zip(*shown, strict=True),
+            marker="." if name != "pareto" else None,
+            label=label,
+            **style,
         )
-        if not points:
-            continue
-        series[name] = [(kl, acc) for _, kl, acc in points]
-        shown = [(kl, acc) for _, kl, acc in points if finite(kl) and kl > 0]
-        infinite = [acc for _, kl, acc in points if not finite(kl)]
-        label = NAMES[name]
-        style = {"color": COLORS[name], "lw": 2.6 if name == "pareto" else 1.6}
-        if shown:
-            axis.plot(
-                *zip(*shown, strict=True),
-                marker="." if name != "pareto" else None,
-                label=label,
-                **style,
-            )
-        elif infinite:
-            axis.plot([], [], label=label, **style)
-        if infinite:
-            axis.scatter([edge] * len(infinite), infinite, color=COLORS[name], marker=">", s=18)
-            axis.annotate(
-                "KL = ∞",
-                (edge, max(infinite)),
-                textcoords="offset points",
-                xytext=(-14, 6),
-                fontsize=7.5,
-                color=COLORS[name],
-            )
-        if name == "cactus":
-            star = [(kl, acc) for value, kl, acc in points if value == 1.0 and finite(kl)]
-            for kl, acc in star:
-                axis.scatter(
-                    [kl],
-                    [acc],
-                    marker="*",
-                    s=140,
-                    color=COLORS[name],
-                    zorder=5,
-                    edgecolor="black",
-                    linewidth=0.5,
-                )
-    for name, marker in (("tas", "D"), ("topk", "s")):
-        for row in rows_where(rows, name=name):
-            kl = row["emitted_kl"]
-            x = kl if finite(kl) else edge
-            label = row["label"] if name == "tas" else f"top-k accept (k={int(row['param'])})"
+    elif infinite:
+        axis.plot([], [], label=label, **style)
+    if infinite:
+        axis.scatter([edge] * len(infinite), infinite, color=COLORS[name], marker=">", s=18)
+        axis.annotate(
+            "KL = ∞",
+            (edge, max(infinite)),
+            textcoords="offset points",
+            xytext=(-14, 6),
+            fontsize=7.5,
+            color=COLORS[name],
+        )
+    if name == "cactus":
+        star = [(kl, acc) for value, kl, acc in points if value == 1.0 and finite(kl)]
+        for kl, acc in star:
             axis.scatter(
-                [x],
-                [row["acceptance"]],
-                marker=marker,
-                s=42,
+                [kl],
+                [acc],
+                marker="*",
+                s=140,
                 color=COLORS[name],
+                zorder=5,
                 edgecolor="black",
                 linewidth=0.5,
-                zorder=4,
-                label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k as labelled)",
             )
-            series.setdefault(name, []).append((kl, row["acceptance"]))
-            if not finite(kl):
-                axis.annotate(
-                    "∞",
-                    (x, row["acceptance"]),
-                    textcoords="offset points",
-                    xytext=(6, -3),
-                    fontsize=9,
-                )
-            elif name == "topk":
-                axis.annotate(
-                    label.split("(")[1].rstrip(")"),
-                    (x, row["acceptance"]),
-                    textcoords="offset points",
-                    xytext=(5, -9),
-                    fontsize=7,
-                )
-    axis.set_xscale("log")
-    axis.set_xlim(low / 1.5, edge * 1.8)
-    axis.set_xlabel("mean KL(emitted law ‖ verifier q)  [nats, log scale]")
-    axis.set_ylabel("mean acceptance of the drafted token")
-    axis.set_title(_source_title(rows[0]) if rows else source, fontsize=10)
-    axis.grid(alpha=0.3, which="both")
-    return series
+
+
+def _decision_point(axis, name: str, marker: str, row: dict, edge: float) -> None:
+    """A decision rule (tas, topk) as one labelled point; infinite KL drawn at ``edge``."""
+    kl = row["emitted_kl"]
+    x = kl if finite(kl) else edge
+    label = row["label"] if name == "tas" else f"top-k accept (k={int(row['param'])})"
+    axis.scatter(
+        [x],
+        [row["acceptance"]],
+        marker=marker,
+        s=42,
+        color=COLORS[name],
+        edgecolor="black",
+        linewidth=0.5,
+        zorder=4,
+        label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k as labelled)",
+    )
+    if not finite(kl):
+        axis.annotate(
+            "∞", (x, row["acceptance"]), textcoords="offset points", xytext=(6, -3), fontsize=9
+        )
+    elif name == "topk":
+        axis.annotate(
+            label.split("(")[1].rstrip(")"),
+            (x, row["acceptance"]),
+            textcoords="offset points",
+            xytext=(5, -9),
+            fontsize=7,
+        )
 
 
 def _source_title(row: dict) -> str:
