@@ -267,62 +267,11 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
 
 def figure_gamma(results: Results, folder: Path) -> Figure:
     """γ*(q_n, δ): closed form vs exact root, and what frontier gives the drafted token."""
-    deltas = sorted({r["delta"] for r in results.gamma})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
-    palette = plt.cm.viridis([i / max(1, len(deltas) - 1) * 0.85 for i in range(len(deltas))])
-    series: dict = {"gamma": {}, "drafted": {}}
-    for color, delta in zip(palette, deltas, strict=True):
-        rows = sorted(rows_where(results.gamma, delta=delta), key=lambda r: r["target_mass"])
-        x = [r["target_mass"] for r in rows]
-        left.plot(x, [r["exact"] for r in rows], color=color, lw=1.8, label=f"exact, δ={delta:g}")
-        left.plot(
-            x,
-            [r["closed_form"] for r in rows],
-            color=color,
-            lw=1.2,
-            ls="--",
-            label=f"closed form, δ={delta:g}",
-        )
-        series["gamma"][delta] = [(r["target_mass"], r["closed_form"], r["exact"]) for r in rows]
-    left.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="SpS: γ = q_n")
-    left.set_xlabel("verifier mass of the drafted token, q_n")
-    left.set_ylabel("γ* = mass h gives the drafted token")
-    left.set_title("Cactus per-branch raise: closed form (dashed) vs exact KL root", fontsize=10)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=7, ncol=2)
-    drafted = results.drafted
-    if drafted:
-        chosen = sorted({r["delta"] for r in drafted}, key=lambda d: abs(math.log(d)))[0]
-        rows = rows_where(drafted, delta=chosen)
-        scatter = right.scatter(
-            [r["target_mass"] for r in rows],
-            [r["frontier_mass"] for r in rows],
-            c=[r["draft_mass"] for r in rows],
-            cmap="plasma",
-            s=9,
-            alpha=0.7,
-            vmin=0,
-            vmax=1,
-        )
-        fig.colorbar(scatter, ax=right, label="draft mass p_n of the drafted token")
-        curve = sorted(rows_where(results.gamma, delta=chosen), key=lambda r: r["target_mass"])
-        right.plot(
-            [r["target_mass"] for r in curve],
-            [r["exact"] for r in curve],
-            color=COLORS["cactus-exact"],
-            lw=1.8,
-            label=f"cactus-exact γ*(q_n, {chosen:g})",
-        )
-        right.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="h_n = q_n (SpS)")
-        right.set_title(f"frontier(δ={chosen:g}) on real contexts: h_n for drafted n", fontsize=10)
-        right.set_xlabel("verifier mass of the drafted token, q_n")
-        right.set_ylabel("h_n (mass frontier's h gives n)")
-        right.grid(alpha=0.3)
-        right.legend(fontsize=7.5, loc="lower right")
-        series["drafted"] = {
-            "delta": chosen,
-            "points": [(r["target_mass"], r["draft_mass"], r["frontier_mass"]) for r in rows],
-        }
+    series = {
+        "gamma": _gamma_panel(left, results),
+        "drafted": _drafted_panel(fig, right, results),
+    }
     fig.tight_layout()
     png, svg = save(fig, folder, "fig5_gamma")
     caption = (
@@ -341,6 +290,73 @@ def figure_gamma(results: Results, folder: Path) -> Figure:
     return Figure("fig5_gamma", "γ*: closed form vs exact", caption, png, svg, series)
 
 
+def _gamma_panel(left, results: Results) -> dict:
+    """γ* by closed form (dashed) and exact root (solid) over q_n, one colour per δ;
+    returns {δ: [(q_n, closed form, exact)]}."""
+    deltas = sorted({r["delta"] for r in results.gamma})
+    palette = plt.cm.viridis([i / max(1, len(deltas) - 1) * 0.85 for i in range(len(deltas))])
+    series: dict = {}
+    for color, delta in zip(palette, deltas, strict=True):
+        rows = sorted(rows_where(results.gamma, delta=delta), key=lambda r: r["target_mass"])
+        x = [r["target_mass"] for r in rows]
+        left.plot(x, [r["exact"] for r in rows], color=color, lw=1.8, label=f"exact, δ={delta:g}")
+        left.plot(
+            x,
+            [r["closed_form"] for r in rows],
+            color=color,
+            lw=1.2,
+            ls="--",
+            label=f"closed form, δ={delta:g}",
+        )
+        series[delta] = [(r["target_mass"], r["closed_form"], r["exact"]) for r in rows]
+    left.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="SpS: γ = q_n")
+    left.set_xlabel("verifier mass of the drafted token, q_n")
+    left.set_ylabel("γ* = mass h gives the drafted token")
+    left.set_title("Cactus per-branch raise: closed form (dashed) vs exact KL root", fontsize=10)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, ncol=2)
+    return series
+
+
+def _drafted_panel(fig, right, results: Results) -> dict:
+    """frontier's h_n of tokens drafted in real contexts against cactus-exact's γ*, at the
+    δ nearest 1; returns that δ and the points ({} without drafted data)."""
+    drafted = results.drafted
+    if not drafted:
+        return {}
+    chosen = sorted({r["delta"] for r in drafted}, key=lambda d: abs(math.log(d)))[0]
+    rows = rows_where(drafted, delta=chosen)
+    scatter = right.scatter(
+        [r["target_mass"] for r in rows],
+        [r["frontier_mass"] for r in rows],
+        c=[r["draft_mass"] for r in rows],
+        cmap="plasma",
+        s=9,
+        alpha=0.7,
+        vmin=0,
+        vmax=1,
+    )
+    fig.colorbar(scatter, ax=right, label="draft mass p_n of the drafted token")
+    curve = sorted(rows_where(results.gamma, delta=chosen), key=lambda r: r["target_mass"])
+    right.plot(
+        [r["target_mass"] for r in curve],
+        [r["exact"] for r in curve],
+        color=COLORS["cactus-exact"],
+        lw=1.8,
+        label=f"cactus-exact γ*(q_n, {chosen:g})",
+    )
+    right.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="h_n = q_n (SpS)")
+    right.set_title(f"frontier(δ={chosen:g}) on real contexts: h_n for drafted n", fontsize=10)
+    right.set_xlabel("verifier mass of the drafted token, q_n")
+    right.set_ylabel("h_n (mass frontier's h gives n)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7.5, loc="lower right")
+    return {
+        "delta": chosen,
+        "points": [(r["target_mass"], r["draft_mass"], r["frontier_mass"]) for r in rows],
+    }
+
+
 # -- figure 6 -------------------------------------------------------------------------------
 
 
@@ -354,7 +370,6 @@ def figure_example(results: Results, folder: Path) -> Figure:
     example = results.example
     bars = example["bars"]
     tokens = [_visible(t) for t in example["tokens"]]
-    drafted = example["drafted_index"]
     order = example.get("order") or list(bars)
     rules = [label for label in order if label not in ("target q", "draft p")]
     fig, axes = plt.subplots(
@@ -367,6 +382,31 @@ def figure_example(results: Results, folder: Path) -> Figure:
     for axis in axes[0]:
         axis.remove()
     positions = list(range(len(tokens)))
+    _example_top(top, example, tokens, positions)
+    _example_rules(axes[1:].ravel(), example, rules, tokens, positions)
+    axes[1][0].legend(fontsize=7)
+    fig.tight_layout()
+    png, svg = save(fig, folder, "fig6_example")
+    caption = (
+        "Read: how each rule reshapes the verifier's q for one drafted token, and what that "
+        "does to its acceptance (titles). One real held-out context. Top: the verifier's q "
+        "and the draft's p after the paper's "
+        "sampling processors (T = 0.6, top-k 20, top-p 0.95). Below, for the draft's most "
+        "likely token n (red), the distribution h each rule verifies against, over q "
+        "(outline), at the budget δ = 0.25 (at δ = 1 every rule accepts every token q "
+        "allows in this context). SpS uses q itself; cactus and cactus-exact raise n and "
+        "shrink the rest of q in proportion; frontier keeps p where the clip allows and "
+        "caps it elsewhere; interp mixes p into q (and so can emit tokens q excludes); for "
+        "TAS the bars are the law of the emitted token given n. Titles give P(accept n) and "
+        "the overall acceptance Σ p a."
+    )
+    series = {"bars": bars, "acceptance": example["acceptance"], "tokens": example["tokens"]}
+    return Figure("fig6_example", "Worked example", caption, png, svg, series)
+
+
+def _example_top(top, example: dict, tokens: list[str], positions: list[int]) -> None:
+    """The worked example's top panel: q and p side by side, the drafted token in red."""
+    bars, drafted = example["bars"], example["drafted_index"]
     width = 0.4
     top.bar(
         [x - width / 2 for x in positions],
@@ -387,7 +427,12 @@ def figure_example(results: Results, folder: Path) -> Figure:
         fontsize=9,
     )
     top.legend(fontsize=8)
-    for axis, label in zip(axes[1:].ravel(), rules, strict=False):
+
+
+def _example_rules(axes, example: dict, rules: list[str], tokens, positions) -> None:
+    """One panel per rule: its h for the drafted token (red) over q, acceptance in the title."""
+    bars, drafted = example["bars"], example["drafted_index"]
+    for axis, label in zip(axes, rules, strict=False):
         axis.bar(
             positions, bars["target q"], 0.8, fill=False, edgecolor="#444444", lw=0.8, label="q"
         )
@@ -400,26 +445,8 @@ def figure_example(results: Results, folder: Path) -> Figure:
         )
         axis.set_xticks(positions, tokens, fontsize=6.5, rotation=45)
         axis.set_ylim(0, 1.02)
-    for axis in axes[1:].ravel()[len(rules) :]:
+    for axis in axes[len(rules) :]:
         axis.set_visible(False)
-    axes[1][0].legend(fontsize=7)
-    fig.tight_layout()
-    png, svg = save(fig, folder, "fig6_example")
-    caption = (
-        "Read: how each rule reshapes the verifier's q for one drafted token, and what that "
-        "does to its acceptance (titles). One real held-out context. Top: the verifier's q "
-        "and the draft's p after the paper's "
-        "sampling processors (T = 0.6, top-k 20, top-p 0.95). Below, for the draft's most "
-        "likely token n (red), the distribution h each rule verifies against, over q "
-        "(outline), at the budget δ = 0.25 (at δ = 1 every rule accepts every token q "
-        "allows in this context). SpS uses q itself; cactus and cactus-exact raise n and "
-        "shrink the rest of q in proportion; frontier keeps p where the clip allows and "
-        "caps it elsewhere; interp mixes p into q (and so can emit tokens q excludes); for "
-        "TAS the bars are the law of the emitted token given n. Titles give P(accept n) and "
-        "the overall acceptance Σ p a."
-    )
-    series = {"bars": bars, "acceptance": example["acceptance"], "tokens": example["tokens"]}
-    return Figure("fig6_example", "Worked example", caption, png, svg, series)
 
 
 # -- figure 7 -------------------------------------------------------------------------------

@@ -298,15 +298,6 @@ def render(
     Order: run facts, contents, summary, figures, the i.i.d. simulation check, the claims
     table (long), the data files.
     """
-    from sims.sweep_csv import OUTPUT_FILES
-
-    text_label = ""
-    if preset.text:
-        from sims.realtext import TextSettings
-
-        text_label = TextSettings(sampling=preset.text[0].sampling).label
-    real_file = ("real_model.json",) if results.real_model is not None else ()
-    data_files = (*OUTPUT_FILES, *real_file, *CLAIMS_FILES)
     sections = [
         ("summary", "Summary"),
         ("real-model", "Real model: the paper's table"),
@@ -319,16 +310,7 @@ def render(
         "<!doctype html><html><head><meta charset='utf-8'><title>cactus report</title>",
         f"<style>{STYLE}</style></head><body>",
         "<h1>cactus-theory report</h1>",
-        f"<p>Mode <b>{'quick' if quick else 'full'}</b>, seed {preset.seed}. Run time "
-        f"{timings['total']:.1f} s (sweeps {timings['sweep']:.1f} s, claims check "
-        f"{timings['claims']:.1f} s{_parallel_note(timings)}, "
-        f"{_real_note(timings)}figures {timings['figures']:.1f} s); {cells[0]} sweep "
-        f"cells, {cells[1]} computed in this run, the rest read from <code>cells/</code>.</p>",
-        f"<p>Real-text source: {html.escape(text_label)}; decoding {preset.text_sequences} "
-        f"sequences × {preset.text_length} tokens per cell from held-out prompts (matched "
-        f"runs: {preset.matched_sequences} × {preset.matched_length}).</p>",
-        f"<p><b>Claims:</b> {html.escape(claims_summary(claims))} "
-        "(<a href='#claims'>table</a>)</p>",
+        *_run_facts(claims, preset=preset, timings=timings, cells=cells, quick=quick),
         contents(drawn, sections),
         "<h2 id='summary'>Summary (real text, autoregressive Monte Carlo)</h2>",
         summary_table(summary),
@@ -354,8 +336,40 @@ def render(
         "The full result is in <a href='claims.json'>claims.json</a>.</p>",
         claims_table(claims),
         "<h2 id='data'>Data</h2><p>",
-        ", ".join(f"<a href='{name}'>{name}</a>" for name in data_files),
+        ", ".join(f"<a href='{name}'>{name}</a>" for name in _data_files(results)),
         ". Column meanings are in the project's docs/simulations.md (CSV columns).</p>",
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _run_facts(
+    claims: dict, *, preset, timings: dict[str, float], cells: tuple[int, int], quick: bool
+) -> list[str]:
+    """The page's opening paragraphs: mode, run times and cells; the real-text source; the
+    claims verdict."""
+    text_label = ""
+    if preset.text:
+        from sims.realtext import TextSettings
+
+        text_label = TextSettings(sampling=preset.text[0].sampling).label
+    return [
+        f"<p>Mode <b>{'quick' if quick else 'full'}</b>, seed {preset.seed}. Run time "
+        f"{timings['total']:.1f} s (sweeps {timings['sweep']:.1f} s, claims check "
+        f"{timings['claims']:.1f} s{_parallel_note(timings)}, "
+        f"{_real_note(timings)}figures {timings['figures']:.1f} s); {cells[0]} sweep "
+        f"cells, {cells[1]} computed in this run, the rest read from <code>cells/</code>.</p>",
+        f"<p>Real-text source: {html.escape(text_label)}; decoding {preset.text_sequences} "
+        f"sequences × {preset.text_length} tokens per cell from held-out prompts (matched "
+        f"runs: {preset.matched_sequences} × {preset.matched_length}).</p>",
+        f"<p><b>Claims:</b> {html.escape(claims_summary(claims))} "
+        "(<a href='#claims'>table</a>)</p>",
+    ]
+
+
+def _data_files(results: Results) -> tuple[str, ...]:
+    """The files the page links under Data: the sweep's, the real model's, the claims'."""
+    from sims.sweep_csv import OUTPUT_FILES
+
+    real_file = ("real_model.json",) if results.real_model is not None else ()
+    return (*OUTPUT_FILES, *real_file, *CLAIMS_FILES)

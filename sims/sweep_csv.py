@@ -98,35 +98,8 @@ def write_csvs(
             decode_rows.append(
                 _decode_row(cell, value, sps.get((cell.source, cell.k)), config, sources, settings)
             )
-            for position, (reached, accepted) in enumerate(
-                zip(value["position_reached"], value["position_accepted"], strict=True), start=1
-            ):
-                position_rows.append(
-                    {
-                        "source": cell.source,
-                        "group": cell.group,
-                        "rule": cell.rule,
-                        "k": cell.k,
-                        "position": position,
-                        "reached": reached,
-                        "accepted": accepted,
-                        "acceptance": accepted / reached if reached else float("nan"),
-                    }
-                )
-            for length, (mean, se) in enumerate(
-                zip(value["sequence_kl"], value["sequence_kl_se"], strict=True), start=1
-            ):
-                sequence_rows.append(
-                    {
-                        "source": cell.source,
-                        "group": cell.group,
-                        "rule": cell.rule,
-                        "k": cell.k,
-                        "length": length,
-                        "kl_cumulative": mean,
-                        "kl_cumulative_se": se,
-                    }
-                )
+            position_rows.extend(_position_rows(cell, value))
+            sequence_rows.extend(_sequence_rows(cell, value))
         else:
             extras[cell.kind] = value
     _add_pareto_gap(tradeoff_rows)
@@ -146,6 +119,41 @@ def write_csvs(
             paths[kind] = out / f"{kind}.json"
             atomic_write_bytes(paths[kind], json.dumps(extras[kind], indent=1).encode())
     return paths
+
+
+def _position_rows(cell: Cell, value: dict) -> list[dict]:
+    """positions.csv: a decode cell's acceptance at each draft position (1-based)."""
+    pairs = zip(value["position_reached"], value["position_accepted"], strict=True)
+    return [
+        {
+            "source": cell.source,
+            "group": cell.group,
+            "rule": cell.rule,
+            "k": cell.k,
+            "position": position,
+            "reached": reached,
+            "accepted": accepted,
+            "acceptance": accepted / reached if reached else float("nan"),
+        }
+        for position, (reached, accepted) in enumerate(pairs, start=1)
+    ]
+
+
+def _sequence_rows(cell: Cell, value: dict) -> list[dict]:
+    """sequence_kl.csv: a decode cell's cumulative KL after each generated length."""
+    pairs = zip(value["sequence_kl"], value["sequence_kl_se"], strict=True)
+    return [
+        {
+            "source": cell.source,
+            "group": cell.group,
+            "rule": cell.rule,
+            "k": cell.k,
+            "length": length,
+            "kl_cumulative": mean,
+            "kl_cumulative_se": se,
+        }
+        for length, (mean, se) in enumerate(pairs, start=1)
+    ]
 
 
 def _add_pareto_gap(rows: list[dict]) -> None:
