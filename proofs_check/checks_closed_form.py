@@ -129,7 +129,26 @@ def check_cor5(context: Context) -> dict:
 
 def check_cor6(context: Context) -> dict:
     """γ ≤ 1/2 ⇒ KL(h‖q) ≤ δ (paper); the exact region (ours)."""
-    rng = context.rng("cor6")
+    paper = _cor6_paper(context, context.rng("cor6"))
+    return {
+        "rows": [
+            row(
+                "cor6",
+                "Cor 6: if the closed form's γ ≤ 1/2 then KL(h‖q) ≤ δ (random points plus a "
+                "scipy search over (q_n, δ)).",
+                "paper",
+                paper.holds,
+                paper.count,
+                {"max (KL − δ)/δ with γ ≤ 1/2": paper.value},
+                paper.counterexample,
+            ),
+            _cor6_sharp(context),
+        ]
+    }
+
+
+def _cor6_paper(context: Context, rng: np.random.Generator) -> Worst:
+    """The paper's Cor 6 on random (q_n, δ) and by a scipy search over them."""
     paper = Worst()
     random_count = context.count(20_000, 1_000_000)
     q = _target_masses(rng, random_count)
@@ -168,8 +187,12 @@ def check_cor6(context: Context) -> dict:
         lambda _: instance_dict([mass, 1 - mass], delta=float(np.exp(point[1]))),
     )
     paper.count += evaluations - 1
+    return paper
 
-    # Ours: the exact region, on a (q, δ) grid.
+
+def _cor6_grid(context: Context) -> tuple[Array, Array, Array]:
+    """The (q_n, δ) grid of the sharp Cor 6, (q_n [Q, D], δ [Q, D], δ₁(q_n) [Q]): q_n dense
+    near 0 and 1 (log-spaced) and across (0, 1), δ log-spaced over [1e-6, 1e3]."""
     size_q, size_delta = context.count(120, 1000), context.count(120, 1000)
     grid_q = np.unique(
         np.concatenate(
@@ -183,6 +206,13 @@ def check_cor6(context: Context) -> dict:
     grid_delta = np.logspace(-6, 3, size_delta)
     threshold = np.array([overshoot.delta_one(value) for value in grid_q])
     mass, budget = np.meshgrid(grid_q, grid_delta, indexing="ij")
+    return mass, budget, threshold
+
+
+def _cor6_sharp(context: Context) -> dict:
+    """The row of our sharp Cor 6: the exact region where the closed form stays within δ,
+    on a (q_n, δ) grid."""
+    mass, budget, threshold = _cor6_grid(context)  # [Q, D], [Q, D], [Q]
     lift = np.minimum(1.0 - mass, np.sqrt(2 * budget * mass * (1 - mass)))
     lifted = mass + lift
     actual_kl = overshoot.branch_kl_from_lift(lift, 1 - mass, mass)
@@ -207,38 +237,24 @@ def check_cor6(context: Context) -> dict:
         ),
     )
     holds_sharp = sharp.holds and simple_excess <= ROUNDING and star_excess <= ROUNDING
-    return {
-        "rows": [
-            row(
-                "cor6",
-                "Cor 6: if the closed form's γ ≤ 1/2 then KL(h‖q) ≤ δ (random points plus a "
-                "scipy search over (q_n, δ)).",
-                "paper",
-                paper.holds,
-                paper.count,
-                {"max (KL − δ)/δ with γ ≤ 1/2": paper.value},
-                paper.counterexample,
-            ),
-            row(
-                "cor6.sharp",
-                "Sharp Cor 6: the closed form has KL(h‖q) ≤ δ iff δ ≤ δ₁(q_n) or δ ≥ −log q_n "
-                "(δ₁ from the single root γ₁ ∈ (1−q_n, 1] of KL(γ‖q) = (γ−q)²/(2q(1−q)); δ₁ = 0 "
-                f"for q_n ≥ 1/2). Hence γ ≤ 1 − q_n suffices, and q_n ≤ q* = {star:.6f} never "
-                "overshoots.",
-                "ours",
-                holds_sharp,
-                int(mass.size),
-                {
-                    "mismatches": int(mismatch.sum()),
-                    "points within 1e-9 of the boundary": int(near.sum()),
-                    "max (KL − δ)/δ with γ ≤ 1 − q_n": simple_excess,
-                    "max (KL − δ)/δ with q_n ≤ q*": star_excess,
-                    "q*": star,
-                },
-                sharp.counterexample,
-            ),
-        ]
-    }
+    return row(
+        "cor6.sharp",
+        "Sharp Cor 6: the closed form has KL(h‖q) ≤ δ iff δ ≤ δ₁(q_n) or δ ≥ −log q_n "
+        "(δ₁ from the single root γ₁ ∈ (1−q_n, 1] of KL(γ‖q) = (γ−q)²/(2q(1−q)); δ₁ = 0 "
+        f"for q_n ≥ 1/2). Hence γ ≤ 1 − q_n suffices, and q_n ≤ q* = {star:.6f} never "
+        "overshoots.",
+        "ours",
+        holds_sharp,
+        int(mass.size),
+        {
+            "mismatches": int(mismatch.sum()),
+            "points within 1e-9 of the boundary": int(near.sum()),
+            "max (KL − δ)/δ with γ ≤ 1 − q_n": simple_excess,
+            "max (KL − δ)/δ with q_n ≤ q*": star_excess,
+            "q*": star,
+        },
+        sharp.counterexample,
+    )
 
 
 def check_overshoot(context: Context) -> dict:
