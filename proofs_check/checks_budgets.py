@@ -46,7 +46,27 @@ def check_cactus_exact_budget(context: Context) -> dict:
                     ),
                 )
             bar.update(count)
-    # scipy search over (logit q_n, log δ) for a branch above budget (binary reduction).
+    found_max = _search_branch_over_budget(context, rng, excess)
+    return {
+        "rows": [
+            row(
+                "ours.cactus-exact.branch",
+                "cactus-exact keeps every branch within budget: D(h^n‖q) ≤ δ for every drafted n, "
+                "for D in KL, reverse KL, χ², squared Hellinger, TV, JS (full rows; tolerance "
+                "1e-12·δ + 1e-15 for rounding; plus a scipy search over (q_n, δ)).",
+                "ours",
+                excess.holds,
+                excess.count,
+                {"max (D − δ)/tolerance": excess.value, "search max": found_max},
+                excess.counterexample,
+            )
+        ]
+    }
+
+
+def _search_branch_over_budget(context: Context, rng: np.random.Generator, excess: Worst) -> float:
+    """A scipy search over (logit q_n, log δ) for a cactus-exact branch above budget, per
+    divergence (the binary reduction); returns the largest (D − δ)/tolerance found."""
     found_max = -np.inf
     for name in divergences.NAMES:
 
@@ -76,21 +96,7 @@ def check_cactus_exact_budget(context: Context) -> dict:
             lambda _, q=q_n, d=delta, n=name: instance_dict([q, 1 - q], delta=d, divergence=n),
         )
         excess.count += evaluations - 1
-    return {
-        "rows": [
-            row(
-                "ours.cactus-exact.branch",
-                "cactus-exact keeps every branch within budget: D(h^n‖q) ≤ δ for every drafted n, "
-                "for D in KL, reverse KL, χ², squared Hellinger, TV, JS (full rows; tolerance "
-                "1e-12·δ + 1e-15 for rounding; plus a scipy search over (q_n, δ)).",
-                "ours",
-                excess.holds,
-                excess.count,
-                {"max (D − δ)/tolerance": excess.value, "search max": found_max},
-                excess.counterexample,
-            )
-        ]
-    }
+    return found_max
 
 
 def check_frontier_budget(context: Context) -> dict:
@@ -172,23 +178,10 @@ def check_delta_zero(context: Context) -> dict:
             draft_ids = inverse_cdf(block_draft, rng.random((count, steps)))
             accept_uniforms = rng.random((count, steps))
             sample_uniforms = rng.random(count)
-            expected = {
-                "accept": sps.accept_probs(target, draft),
-                "targets": reference.all_branch_targets(sps, target, draft),
-                "residuals": _all_residuals(sps, target, draft),
-                "verify": verify_block(
-                    sps, block_target, block_draft, draft_ids, accept_uniforms, sample_uniforms
-                ),
-            }
+            block = (block_target, block_draft, draft_ids, accept_uniforms, sample_uniforms)
+            expected = _decisions(sps, target, draft, block)
             for rule in zero_rules:
-                found = {
-                    "accept": rule.accept_probs(target, draft),
-                    "targets": reference.all_branch_targets(rule, target, draft),
-                    "residuals": _all_residuals(rule, target, draft),
-                    "verify": verify_block(
-                        rule, block_target, block_draft, draft_ids, accept_uniforms, sample_uniforms
-                    ),
-                }
+                found = _decisions(rule, target, draft, block)
                 different = [
                     key
                     for key in expected
@@ -224,6 +217,18 @@ def check_delta_zero(context: Context) -> dict:
                 mismatch.counterexample,
             )
         ]
+    }
+
+
+def _decisions(rule: rules.Rule, target: Array, draft: Array, block: tuple) -> dict:
+    """Everything a rule decides on rows [N, V]: acceptance probabilities, targets and
+    residuals of every drafted token, and ``verify_block``'s tokens on ``block`` (target
+    [N, k+1, V], draft [N, k, V], draft ids, accept and sample uniforms)."""
+    return {
+        "accept": rule.accept_probs(target, draft),
+        "targets": reference.all_branch_targets(rule, target, draft),
+        "residuals": _all_residuals(rule, target, draft),
+        "verify": verify_block(rule, *block),
     }
 
 
