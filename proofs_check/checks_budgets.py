@@ -170,15 +170,7 @@ def check_delta_zero(context: Context) -> dict:
         for batch in instances.batches(rng, total, LAW_VOCABS, 200):
             count, vocab_size = batch.target.shape
             target, draft = batch.target, batch.draft
-            steps = 3
-            block_target = np.stack(
-                [np.roll(target, shift, axis=0) for shift in range(steps + 1)], 1
-            )
-            block_draft = np.stack([np.roll(draft, shift, axis=0) for shift in range(steps)], 1)
-            draft_ids = inverse_cdf(block_draft, rng.random((count, steps)))
-            accept_uniforms = rng.random((count, steps))
-            sample_uniforms = rng.random(count)
-            block = (block_target, block_draft, draft_ids, accept_uniforms, sample_uniforms)
+            block = _random_block(rng, target, draft, steps=3)
             expected = _decisions(sps, target, draft, block)
             for rule in zero_rules:
                 found = _decisions(rule, target, draft, block)
@@ -218,6 +210,19 @@ def check_delta_zero(context: Context) -> dict:
             )
         ]
     }
+
+
+def _random_block(rng: np.random.Generator, target: Array, draft: Array, steps: int) -> tuple:
+    """A verify block from rows [N, V]: (target [N, k+1, V], draft [N, k, V], draft ids
+    [N, k] sampled from it, accept uniforms [N, k], sample uniforms [N]), k = ``steps``;
+    position j of row i holds row i − j (rolled)."""
+    count = target.shape[0]
+    block_target = np.stack([np.roll(target, shift, axis=0) for shift in range(steps + 1)], 1)
+    block_draft = np.stack([np.roll(draft, shift, axis=0) for shift in range(steps)], 1)
+    draft_ids = inverse_cdf(block_draft, rng.random((count, steps)))
+    accept_uniforms = rng.random((count, steps))
+    sample_uniforms = rng.random(count)
+    return block_target, block_draft, draft_ids, accept_uniforms, sample_uniforms
 
 
 def _decisions(rule: rules.Rule, target: Array, draft: Array, block: tuple) -> dict:
