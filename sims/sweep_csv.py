@@ -121,15 +121,17 @@ def write_csvs(
     return paths
 
 
+def _cell_columns(cell: Cell) -> dict:
+    """The columns that name a decode cell in positions.csv and sequence_kl.csv."""
+    return {"source": cell.source, "group": cell.group, "rule": cell.rule, "k": cell.k}
+
+
 def _position_rows(cell: Cell, value: dict) -> list[dict]:
     """positions.csv: a decode cell's acceptance at each draft position (1-based)."""
     pairs = zip(value["position_reached"], value["position_accepted"], strict=True)
     return [
         {
-            "source": cell.source,
-            "group": cell.group,
-            "rule": cell.rule,
-            "k": cell.k,
+            **_cell_columns(cell),
             "position": position,
             "reached": reached,
             "accepted": accepted,
@@ -144,10 +146,7 @@ def _sequence_rows(cell: Cell, value: dict) -> list[dict]:
     pairs = zip(value["sequence_kl"], value["sequence_kl_se"], strict=True)
     return [
         {
-            "source": cell.source,
-            "group": cell.group,
-            "rule": cell.rule,
-            "k": cell.k,
+            **_cell_columns(cell),
             "length": length,
             "kl_cumulative": mean,
             "kl_cumulative_se": se,
