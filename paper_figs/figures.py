@@ -1,4 +1,6 @@
-"""The report's seven figures, drawn from the sweep's CSVs and the claims check's curves.
+"""The report's figures 2 to 8, drawn from the sweep's CSVs and the claims check's curves,
+and the order of all of them (figure 1, the trade-off, is in ``figures_tradeoff``; what
+every figure shares is in ``figure_kit``).
 
 Each ``figure_*`` function reads ``Results`` (and, for figure 2, the claims result), writes
 ``<name>.png`` and ``<name>.svg`` into the figures folder and returns a ``Figure`` with its
@@ -10,326 +12,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from paper_figs.data import Results  # noqa: E402
-
-COLORS = {
-    "sps": "#444444",
-    "cactus": "#2ca02c",
-    "cactus-exact": "#1f77b4",
-    "frontier": "#d62728",
-    "pareto": "#000000",
-    "interp": "#9467bd",
-    "tas": "#ff7f0e",
-    "topk": "#8c564b",
-}
-NAMES = {
-    "cactus": "cactus (paper closed form), over δ",
-    "cactus-exact": "cactus-exact (exact KL root), over δ",
-    "frontier": "frontier: per-context emitted KL ≤ δ",
-    "pareto": "Pareto frontier of the source (constant cap ratio κ)",
-    "interp": "interp α p + (1−α) q, over α",
-}
-
-
-@dataclass
-class Figure:
-    """One written figure: files, caption, and the data series it shows."""
-
-    name: str
-    title: str
-    caption: str
-    png: Path
-    svg: Path
-    series: dict = field(default_factory=dict)
-
-
-def _save(fig, folder: Path, name: str) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    png, svg = folder / f"{name}.png", folder / f"{name}.svg"
-    fig.savefig(png, dpi=130, bbox_inches="tight")
-    fig.savefig(svg, bbox_inches="tight")
-    plt.close(fig)
-    return png, svg
-
-
-def _rows(rows: list[dict], **match: object) -> list[dict]:
-    return [row for row in rows if all(row.get(key) == value for key, value in match.items())]
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-# -- figure 1 -------------------------------------------------------------------------------
-
-
-def figure_tradeoff(results: Results, folder: Path) -> Figure:
-    """Acceptance against the emitted law's mean KL: the real-text source large, with its gap
-    to the Pareto frontier beside it, then one panel per synthetic source."""
-    sources = results.sources()
-    main, others = sources[0], sources[1:]
-    extra_rows = math.ceil(len(others) / 3)
-    fig = plt.figure(figsize=(16, 5.2 * (1 + extra_rows)))
-    grid = fig.add_gridspec(1 + extra_rows, 3)
-    series: dict = {}
-    axes = [fig.add_subplot(grid[0, :2])]
-    series[main] = _tradeoff_panel(axes[0], _rows(results.tradeoff, source=main), main)
-    gap_axis = fig.add_subplot(grid[0, 2])
-    series["gap"] = _gap_panel(gap_axis, _rows(results.tradeoff, source=main), main)
-    for index, source in enumerate(others):
-        axis = fig.add_subplot(grid[1 + index // 3, index % 3])
-        series[source] = _tradeoff_panel(axis, _rows(results.tradeoff, source=source), source)
-        axes.append(axis)
-    legend: dict = {}
-    for axis in axes:
-        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(
-        list(legend.values()),
-        list(legend.keys()),
-        loc="lower center",
-        ncol=4,
-        fontsize=9,
-        frameon=False,
-    )
-    fig.suptitle("Acceptance vs divergence of the emitted law from the verifier", y=1.0)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.98))
-    png, svg = _save(fig, folder, "fig1_tradeoff")
-    caption = (
-        "Read: the higher a rule sits for a given emitted KL, the more drafts it accepts per "
-        "nat it moves the output away from the verifier; no rule can rise above the black "
-        "curve. Each point is one rule with one parameter, evaluated exactly (no sampling) "
-        "on every context of a source: y = mean acceptance of the drafted token; x = mean KL(μ‖q) "
-        "between the law μ of the token the rule actually emits and the verifier's q (log "
-        "scale). SpS emits q (KL = 0): the dotted level. The black curve is the Pareto "
-        "frontier of the source: the best mean acceptance for a mean emitted KL, so no rule "
-        "can lie above it. The panel beside the real-text source shows how far each rule sits "
-        "below that curve, in percentage points of acceptance (a lower bound: the curve is "
-        "interpolated between computed points). cactus's δ is a per-branch budget, so its "
-        "emitted KL is far below δ (δ = 1 is starred). frontier(δ) is optimal context by "
-        "context but spends the same δ in every context, so on averages it is not the "
-        "source's frontier. The dashed grey level is the draft mass on tokens the verifier "
-        "allows: no rule with finite KL accepts more. Markers at the right edge (KL = ∞) can "
-        "emit tokens the truncated verifier gives probability 0 (interp, top-k, TAS at times)."
-    )
-    return Figure("fig1_tradeoff", "Acceptance vs emitted-law KL", caption, png, svg, series)
-
-
-def _gap_panel(axis, rows: list[dict], source: str) -> dict:
-    series: dict = {}
-    for name in ("frontier", "cactus-exact", "cactus", "interp"):
-        points = sorted(
-            (r["emitted_kl"], 100.0 * r["pareto_gap"])
-            for r in _rows(rows, name=name)
-            if _finite(r.get("pareto_gap")) and r["emitted_kl"] > 0
-        )
-        if points:
-            axis.plot(*zip(*points, strict=True), marker=".", color=COLORS[name], lw=1.5)
-            series[name] = points
-    axis.axhline(0.0, color=COLORS["pareto"], lw=2.6)
-    top = max((y for points in series.values() for _, y in points), default=1.0)
-    notes = []
-    for name, marker in (("tas", "D"), ("topk", "s")):
-        for row in _rows(rows, name=name):
-            gap = row.get("pareto_gap")
-            if not _finite(gap):
-                continue
-            series.setdefault(name, []).append((row["emitted_kl"], 100 * gap))
-            label = "TAS" if name == "tas" else f"top-k accept k={int(row['param'])}"
-            if 100 * gap <= 1.5 * top:
-                axis.scatter(
-                    [row["emitted_kl"]],
-                    [100 * gap],
-                    marker=marker,
-                    s=42,
-                    color=COLORS[name],
-                    edgecolor="black",
-                    linewidth=0.5,
-                )
-            else:
-                notes.append(f"{label}: {100 * gap:.1f} points below (KL {row['emitted_kl']:.2f})")
-    if notes:
-        axis.text(
-            0.02,
-            0.97,
-            "off scale:\n" + "\n".join(notes),
-            transform=axis.transAxes,
-            va="top",
-            fontsize=7.5,
-        )
-    axis.set_xscale("log")
-    axis.set_xlabel("mean KL(emitted law ‖ q)  [nats, log scale]")
-    axis.set_ylabel("acceptance below the Pareto frontier  [percentage points]")
-    axis.set_title(f"{source}: acceptance left on the table", fontsize=10)
-    axis.grid(alpha=0.3, which="both")
-    return series
-
-
-def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
-    series: dict = {}
-    finite_kl = [
-        r["emitted_kl"]
-        for r in rows
-        if r["name"] not in ("sps", "pareto") and _finite(r["emitted_kl"]) and r["emitted_kl"] > 0
-    ]
-    low = min(finite_kl, default=1e-4)
-    high = max(finite_kl, default=1.0)
-    edge = high * 2.5
-    ceiling = [r["draft_in_support"] for r in rows if _finite(r.get("draft_in_support"))]
-    if ceiling and ceiling[0] < 0.999:
-        axis.axhline(
-            ceiling[0],
-            color="#999999",
-            ls="--",
-            lw=1.0,
-            label="ceiling: draft mass on tokens q allows",
-        )
-    sps = _rows(rows, name="sps")
-    if sps:
-        axis.axhline(
-            sps[0]["acceptance"],
-            color=COLORS["sps"],
-            ls=":",
-            lw=1.2,
-            label="SpS (KL = 0): lossless",
-        )
-        series["sps"] = [(0.0, sps[0]["acceptance"])]
-    for name in ("pareto", "frontier", "cactus-exact", "cactus", "interp"):
-        points = sorted(
-            ((r["param"], r["emitted_kl"], r["acceptance"]) for r in _rows(rows, name=name)),
-            key=lambda item: item[0],
-        )
-        if not points:
-            continue
-        series[name] = [(kl, acc) for _, kl, acc in points]
-        shown = [(kl, acc) for _, kl, acc in points if _finite(kl) and kl > 0]
-        infinite = [acc for _, kl, acc in points if not _finite(kl)]
-        label = NAMES[name]
-        style = {"color": COLORS[name], "lw": 2.6 if name == "pareto" else 1.6}
-        if shown:
-            axis.plot(
-                *zip(*shown, strict=True),
-                marker="." if name != "pareto" else None,
-                label=label,
-                **style,
-            )
-        elif infinite:
-            axis.plot([], [], label=label, **style)
-        if infinite:
-            axis.scatter([edge] * len(infinite), infinite, color=COLORS[name], marker=">", s=18)
-            axis.annotate(
-                "KL = ∞",
-                (edge, max(infinite)),
-                textcoords="offset points",
-                xytext=(-14, 6),
-                fontsize=7.5,
-                color=COLORS[name],
-            )
-        if name == "cactus":
-            star = [(kl, acc) for value, kl, acc in points if value == 1.0 and _finite(kl)]
-            for kl, acc in star:
-                axis.scatter(
-                    [kl],
-                    [acc],
-                    marker="*",
-                    s=140,
-                    color=COLORS[name],
-                    zorder=5,
-                    edgecolor="black",
-                    linewidth=0.5,
-                )
-    for name, marker in (("tas", "D"), ("topk", "s")):
-        for row in _rows(rows, name=name):
-            kl = row["emitted_kl"]
-            x = kl if _finite(kl) else edge
-            label = row["label"] if name == "tas" else f"top-k accept (k={int(row['param'])})"
-            axis.scatter(
-                [x],
-                [row["acceptance"]],
-                marker=marker,
-                s=42,
-                color=COLORS[name],
-                edgecolor="black",
-                linewidth=0.5,
-                zorder=4,
-                label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k as labelled)",
-            )
-            series.setdefault(name, []).append((kl, row["acceptance"]))
-            if not _finite(kl):
-                axis.annotate(
-                    "∞",
-                    (x, row["acceptance"]),
-                    textcoords="offset points",
-                    xytext=(6, -3),
-                    fontsize=9,
-                )
-            elif name == "topk":
-                axis.annotate(
-                    label.split("(")[1].rstrip(")"),
-                    (x, row["acceptance"]),
-                    textcoords="offset points",
-                    xytext=(5, -9),
-                    fontsize=7,
-                )
-    axis.set_xscale("log")
-    axis.set_xlim(low / 1.5, edge * 1.8)
-    axis.set_xlabel("mean KL(emitted law ‖ verifier q)  [nats, log scale]")
-    axis.set_ylabel("mean acceptance of the drafted token")
-    axis.set_title(_source_title(rows[0]) if rows else source, fontsize=10)
-    axis.grid(alpha=0.3, which="both")
-    return series
-
-
-def _source_title(row: dict) -> str:
-    """A readable description of a source from its settings column."""
-    import json
-
-    settings = json.loads(row.get("source_settings") or "{}")
-    if "text" in settings:
-        text = settings["text"]
-        sampling = text["sampling"]
-        processors = f"T={sampling['temperature']:g}"
-        if sampling.get("top_k"):
-            processors += f", top-k {sampling['top_k']}"
-        if sampling.get("top_p", 1) < 1:
-            processors += f", top-p {sampling['top_p']:g}"
-        return (
-            f"{row['source']}: stdlib held-out contexts, KN {text['verifier_order']}-gram "
-            f"verifier / {text['draft_order']}-gram draft, {processors}"
-        )
-    if "synthetic" in settings:
-        spec = settings["synthetic"]
-        kinds = {
-            "dirichlet": "q ~ Dir({value:g}), p a Dirichlet-noised copy",
-            "zipf": "Zipf q, tempered+noised p with mean TV {value:g}",
-            "peaked": "one-hot-ish q (top mass {value:g})",
-        }
-        return (
-            f"{row['source']}: " + kinds[spec["kind"]].format(**spec) + f", V={spec['vocab_size']}"
-        )
-    return row["source"]
-
+from paper_figs.data import Results
+from paper_figs.figure_kit import COLORS, Figure, finite, plt, rows_where, save
+from paper_figs.figures_tradeoff import figure_tradeoff
 
 # -- figure 2 -------------------------------------------------------------------------------
 
 
 def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     """Γ(δ)/δ per rule and the closed form's per-branch overshoot (from proofs_check)."""
-    curves = claims["curves"]
-    gamma = curves["gamma"]
-    deltas = gamma["delta"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
-    series: dict = {"gamma_over_delta": {}, "branch_overshoot": {}}
+    series = {
+        "gamma_over_delta": _emitted_overshoot_panel(left, claims["curves"]["gamma"], results),
+        "branch_overshoot": _branch_overshoot_panel(right, claims["curves"]["branch_overshoot"]),
+    }
+    fig.tight_layout()
+    png, svg = save(fig, folder, "fig2_overshoot")
+    caption = _overshoot_caption(claims["curves"]["gamma"])
+    return Figure("fig2_overshoot", "Overshoot Γ(δ)/δ", caption, png, svg, series)
+
+
+def _emitted_overshoot_panel(left, gamma: dict, results: Results) -> dict:
+    """Γ(δ)/δ of each rule's emitted law: proofs_check's sup (solid) and the report's
+    real-text contexts (dashed); returns the solid curves by rule."""
+    deltas = gamma["delta"]
+    series: dict = {}
     for name, values in gamma["rules"].items():
-        ratio = [(d, v / d) for d, v in zip(deltas, values, strict=True) if d > 0 and _finite(v)]
+        ratio = [(d, v / d) for d, v in zip(deltas, values, strict=True) if d > 0 and finite(v)]
         if ratio:
             left.plot(
                 *zip(*ratio, strict=True),
@@ -339,13 +50,13 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
                 label=f"{name}: sup over instances, V ≤ {max(gamma.get('vocab_sizes', [0]))} "
                 "(proofs_check)",
             )
-        series["gamma_over_delta"][name] = ratio
+        series[name] = ratio
     for name in ("cactus", "cactus-exact", "frontier"):
         rows = sorted(
             (
                 r
-                for r in _rows(results.tradeoff, source=results.main_source, name=name)
-                if r["param"] and r["param"] > 0 and _finite(r["emitted_kl_max"])
+                for r in rows_where(results.tradeoff, source=results.main_source, name=name)
+                if r["param"] and r["param"] > 0 and finite(r["emitted_kl_max"])
             ),
             key=lambda r: r["param"],
         )
@@ -373,7 +84,12 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     left.set_title("Emitted-law overshoot Γ(δ)/δ", fontsize=10)
     left.grid(alpha=0.3, which="both")
     left.legend(fontsize=7.5)
-    branch = curves["branch_overshoot"]
+    return series
+
+
+def _branch_overshoot_panel(right, branch: dict) -> dict:
+    """The closed form's per-branch overshoot: measured sup over q_n and the analytic
+    curve; returns the plotted values."""
     right.plot(
         branch["delta"],
         branch["measured"],
@@ -386,11 +102,6 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     right.plot(
         dense["delta"], dense["value"], "-", color="black", lw=1.2, label="analytic: log(1+2δ)/δ"
     )
-    series["branch_overshoot"] = {
-        "delta": list(branch["delta"]),
-        "measured": list(branch["measured"]),
-        "analytic": list(branch["analytic"]),
-    }
     right.axhline(1.0, color="black", lw=0.8, ls=":")
     right.set_xscale("log")
     right.set_xlabel("budget δ  [nats, log scale]")
@@ -398,8 +109,15 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
     right.set_title("Paper's closed form: per-branch overshoot", fontsize=10)
     right.grid(alpha=0.3, which="both")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    png, svg = _save(fig, folder, "fig2_overshoot")
+    return {
+        "delta": list(branch["delta"]),
+        "measured": list(branch["measured"]),
+        "analytic": list(branch["analytic"]),
+    }
+
+
+def _overshoot_caption(gamma: dict) -> str:
+    """Figure 2's caption, with the unbounded family's largest member when there is one."""
     caption = (
         "Read: above the dotted line at 1 a rule's output (left) or a single branch (right) "
         "leaves its δ-ball. Left: how far the emitted law can move from q, as a multiple of "
@@ -422,7 +140,7 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
             f"{largest['V']}: KL(emitted‖q) = {largest['kl_emitted']:.3g}, "
             f"{largest['ratio']:.3g}·δ)."
         )
-    return Figure("fig2_overshoot", "Overshoot Γ(δ)/δ", caption, png, svg, series)
+    return caption
 
 
 # -- figure 3 -------------------------------------------------------------------------------
@@ -431,15 +149,15 @@ def figure_overshoot(claims: dict, results: Results, folder: Path) -> Figure:
 def figure_al_vs_delta(results: Results, folder: Path) -> Figure:
     """AL against δ for each k on the real-text source, with SpS and TAS levels."""
     source = results.main_source
-    rows = _rows(results.decoding, source=source, group="grid")
+    rows = rows_where(results.decoding, source=source, group="grid")
     ks = sorted({r["k"] for r in rows})
     fig, axes = plt.subplots(1, len(ks), figsize=(4.6 * len(ks), 4.2), sharey=True, squeeze=False)
     series: dict = {}
     for axis, k in zip(axes[0], ks, strict=True):
-        at_k = _rows(rows, k=k)
+        at_k = rows_where(rows, k=k)
         series[k] = {}
         for name in ("cactus", "cactus-exact", "frontier"):
-            points = sorted((r for r in _rows(at_k, name=name)), key=lambda r: r["param"])
+            points = sorted((r for r in rows_where(at_k, name=name)), key=lambda r: r["param"])
             if not points:
                 continue
             x = [r["param"] for r in points]
@@ -450,7 +168,7 @@ def figure_al_vs_delta(results: Results, folder: Path) -> Figure:
             )
             series[k][name] = list(zip(x, y, strict=True))
         for name, style in (("sps", ":"), ("tas", "--")):
-            for r in _rows(at_k, name=name):
+            for r in rows_where(at_k, name=name):
                 axis.axhline(
                     r["al"],
                     color=COLORS[name],
@@ -476,7 +194,7 @@ def figure_al_vs_delta(results: Results, folder: Path) -> Figure:
     axes[0][0].set_ylabel("AL: accepted drafts per verify step (bonus excluded)")
     fig.suptitle(f"Accepted length vs budget, autoregressive decoding on {source}", y=1.02)
     fig.tight_layout()
-    png, svg = _save(fig, folder, "fig3_al_vs_delta")
+    png, svg = save(fig, folder, "fig3_al_vs_delta")
     caption = (
         "Read: how much longer the accepted prefix gets as δ grows, against SpS (dotted) and "
         "TAS (dashed) at the same k. Monte Carlo AL (mean accepted drafts per verification "
@@ -498,7 +216,7 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
     rows = results.speedup
     costs = sorted({r["cost_ratio"] for r in rows})
     wanted = ["sps", "tas", "cactus:delta=1.0", "cactus-exact:delta=1.0", "frontier:delta=1.0"]
-    rules = [rule for rule in wanted if _rows(rows, rule=rule)]
+    rules = [rule for rule in wanted if rows_where(rows, rule=rule)]
     columns = 2 if len(costs) > 1 else 1
     lines = math.ceil(len(costs) / columns)
     fig, axes = plt.subplots(
@@ -508,7 +226,7 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
     for axis, cost in zip(axes.ravel(), costs, strict=False):
         series[cost] = {}
         for rule in rules:
-            points = sorted(_rows(rows, rule=rule, cost_ratio=cost), key=lambda r: r["k"])
+            points = sorted(rows_where(rows, rule=rule, cost_ratio=cost), key=lambda r: r["k"])
             name = rule.split(":")[0]
             ks = [r["k"] for r in points]
             speed = [r["speedup"] for r in points]
@@ -531,7 +249,7 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
         axis.set_visible(False)
     axes[0][-1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    png, svg = _save(fig, folder, "fig4_speedup")
+    png, svg = save(fig, folder, "fig4_speedup")
     caption = (
         "Read: which k to deploy and what a higher acceptance is worth at your draft's cost. "
         "Predicted wall-time speed-up (1 − α^{k+1}) / ((1 − α)(k c + 1)) of Leviathan et al. "
@@ -549,64 +267,13 @@ def figure_speedup(results: Results, folder: Path) -> Figure:
 
 def figure_gamma(results: Results, folder: Path) -> Figure:
     """γ*(q_n, δ): closed form vs exact root, and what frontier gives the drafted token."""
-    deltas = sorted({r["delta"] for r in results.gamma})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
-    palette = plt.cm.viridis([i / max(1, len(deltas) - 1) * 0.85 for i in range(len(deltas))])
-    series: dict = {"gamma": {}, "drafted": {}}
-    for color, delta in zip(palette, deltas, strict=True):
-        rows = sorted(_rows(results.gamma, delta=delta), key=lambda r: r["target_mass"])
-        x = [r["target_mass"] for r in rows]
-        left.plot(x, [r["exact"] for r in rows], color=color, lw=1.8, label=f"exact, δ={delta:g}")
-        left.plot(
-            x,
-            [r["closed_form"] for r in rows],
-            color=color,
-            lw=1.2,
-            ls="--",
-            label=f"closed form, δ={delta:g}",
-        )
-        series["gamma"][delta] = [(r["target_mass"], r["closed_form"], r["exact"]) for r in rows]
-    left.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="SpS: γ = q_n")
-    left.set_xlabel("verifier mass of the drafted token, q_n")
-    left.set_ylabel("γ* = mass h gives the drafted token")
-    left.set_title("Cactus per-branch raise: closed form (dashed) vs exact KL root", fontsize=10)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=7, ncol=2)
-    drafted = results.drafted
-    if drafted:
-        chosen = sorted({r["delta"] for r in drafted}, key=lambda d: abs(math.log(d)))[0]
-        rows = _rows(drafted, delta=chosen)
-        scatter = right.scatter(
-            [r["target_mass"] for r in rows],
-            [r["frontier_mass"] for r in rows],
-            c=[r["draft_mass"] for r in rows],
-            cmap="plasma",
-            s=9,
-            alpha=0.7,
-            vmin=0,
-            vmax=1,
-        )
-        fig.colorbar(scatter, ax=right, label="draft mass p_n of the drafted token")
-        curve = sorted(_rows(results.gamma, delta=chosen), key=lambda r: r["target_mass"])
-        right.plot(
-            [r["target_mass"] for r in curve],
-            [r["exact"] for r in curve],
-            color=COLORS["cactus-exact"],
-            lw=1.8,
-            label=f"cactus-exact γ*(q_n, {chosen:g})",
-        )
-        right.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="h_n = q_n (SpS)")
-        right.set_title(f"frontier(δ={chosen:g}) on real contexts: h_n for drafted n", fontsize=10)
-        right.set_xlabel("verifier mass of the drafted token, q_n")
-        right.set_ylabel("h_n (mass frontier's h gives n)")
-        right.grid(alpha=0.3)
-        right.legend(fontsize=7.5, loc="lower right")
-        series["drafted"] = {
-            "delta": chosen,
-            "points": [(r["target_mass"], r["draft_mass"], r["frontier_mass"]) for r in rows],
-        }
+    series = {
+        "gamma": _gamma_panel(left, results),
+        "drafted": _drafted_panel(fig, right, results),
+    }
     fig.tight_layout()
-    png, svg = _save(fig, folder, "fig5_gamma")
+    png, svg = save(fig, folder, "fig5_gamma")
     caption = (
         "Read: where the dashed curve lies above the solid one the paper's closed form "
         "overshoots its KL budget, where below it gives acceptance away. "
@@ -623,6 +290,73 @@ def figure_gamma(results: Results, folder: Path) -> Figure:
     return Figure("fig5_gamma", "γ*: closed form vs exact", caption, png, svg, series)
 
 
+def _gamma_panel(left, results: Results) -> dict:
+    """γ* by closed form (dashed) and exact root (solid) over q_n, one colour per δ;
+    returns {δ: [(q_n, closed form, exact)]}."""
+    deltas = sorted({r["delta"] for r in results.gamma})
+    palette = plt.cm.viridis([i / max(1, len(deltas) - 1) * 0.85 for i in range(len(deltas))])
+    series: dict = {}
+    for color, delta in zip(palette, deltas, strict=True):
+        rows = sorted(rows_where(results.gamma, delta=delta), key=lambda r: r["target_mass"])
+        x = [r["target_mass"] for r in rows]
+        left.plot(x, [r["exact"] for r in rows], color=color, lw=1.8, label=f"exact, δ={delta:g}")
+        left.plot(
+            x,
+            [r["closed_form"] for r in rows],
+            color=color,
+            lw=1.2,
+            ls="--",
+            label=f"closed form, δ={delta:g}",
+        )
+        series[delta] = [(r["target_mass"], r["closed_form"], r["exact"]) for r in rows]
+    left.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="SpS: γ = q_n")
+    left.set_xlabel("verifier mass of the drafted token, q_n")
+    left.set_ylabel("γ* = mass h gives the drafted token")
+    left.set_title("Cactus per-branch raise: closed form (dashed) vs exact KL root", fontsize=10)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, ncol=2)
+    return series
+
+
+def _drafted_panel(fig, right, results: Results) -> dict:
+    """frontier's h_n of tokens drafted in real contexts against cactus-exact's γ*, at the
+    δ nearest 1; returns that δ and the points ({} without drafted data)."""
+    drafted = results.drafted
+    if not drafted:
+        return {}
+    chosen = sorted({r["delta"] for r in drafted}, key=lambda d: abs(math.log(d)))[0]
+    rows = rows_where(drafted, delta=chosen)
+    scatter = right.scatter(
+        [r["target_mass"] for r in rows],
+        [r["frontier_mass"] for r in rows],
+        c=[r["draft_mass"] for r in rows],
+        cmap="plasma",
+        s=9,
+        alpha=0.7,
+        vmin=0,
+        vmax=1,
+    )
+    fig.colorbar(scatter, ax=right, label="draft mass p_n of the drafted token")
+    curve = sorted(rows_where(results.gamma, delta=chosen), key=lambda r: r["target_mass"])
+    right.plot(
+        [r["target_mass"] for r in curve],
+        [r["exact"] for r in curve],
+        color=COLORS["cactus-exact"],
+        lw=1.8,
+        label=f"cactus-exact γ*(q_n, {chosen:g})",
+    )
+    right.plot([0, 1], [0, 1], color="black", lw=0.8, ls=":", label="h_n = q_n (SpS)")
+    right.set_title(f"frontier(δ={chosen:g}) on real contexts: h_n for drafted n", fontsize=10)
+    right.set_xlabel("verifier mass of the drafted token, q_n")
+    right.set_ylabel("h_n (mass frontier's h gives n)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7.5, loc="lower right")
+    return {
+        "delta": chosen,
+        "points": [(r["target_mass"], r["draft_mass"], r["frontier_mass"]) for r in rows],
+    }
+
+
 # -- figure 6 -------------------------------------------------------------------------------
 
 
@@ -636,7 +370,6 @@ def figure_example(results: Results, folder: Path) -> Figure:
     example = results.example
     bars = example["bars"]
     tokens = [_visible(t) for t in example["tokens"]]
-    drafted = example["drafted_index"]
     order = example.get("order") or list(bars)
     rules = [label for label in order if label not in ("target q", "draft p")]
     fig, axes = plt.subplots(
@@ -649,6 +382,31 @@ def figure_example(results: Results, folder: Path) -> Figure:
     for axis in axes[0]:
         axis.remove()
     positions = list(range(len(tokens)))
+    _example_top(top, example, tokens, positions)
+    _example_rules(axes[1:].ravel(), example, rules, tokens, positions)
+    axes[1][0].legend(fontsize=7)
+    fig.tight_layout()
+    png, svg = save(fig, folder, "fig6_example")
+    caption = (
+        "Read: how each rule reshapes the verifier's q for one drafted token, and what that "
+        "does to its acceptance (titles). One real held-out context. Top: the verifier's q "
+        "and the draft's p after the paper's "
+        "sampling processors (T = 0.6, top-k 20, top-p 0.95). Below, for the draft's most "
+        "likely token n (red), the distribution h each rule verifies against, over q "
+        "(outline), at the budget δ = 0.25 (at δ = 1 every rule accepts every token q "
+        "allows in this context). SpS uses q itself; cactus and cactus-exact raise n and "
+        "shrink the rest of q in proportion; frontier keeps p where the clip allows and "
+        "caps it elsewhere; interp mixes p into q (and so can emit tokens q excludes); for "
+        "TAS the bars are the law of the emitted token given n. Titles give P(accept n) and "
+        "the overall acceptance Σ p a."
+    )
+    series = {"bars": bars, "acceptance": example["acceptance"], "tokens": example["tokens"]}
+    return Figure("fig6_example", "Worked example", caption, png, svg, series)
+
+
+def _example_top(top, example: dict, tokens: list[str], positions: list[int]) -> None:
+    """The worked example's top panel: q and p side by side, the drafted token in red."""
+    bars, drafted = example["bars"], example["drafted_index"]
     width = 0.4
     top.bar(
         [x - width / 2 for x in positions],
@@ -669,7 +427,12 @@ def figure_example(results: Results, folder: Path) -> Figure:
         fontsize=9,
     )
     top.legend(fontsize=8)
-    for axis, label in zip(axes[1:].ravel(), rules, strict=False):
+
+
+def _example_rules(axes, example: dict, rules: list[str], tokens, positions) -> None:
+    """One panel per rule: its h for the drafted token (red) over q, acceptance in the title."""
+    bars, drafted = example["bars"], example["drafted_index"]
+    for axis, label in zip(axes, rules, strict=False):
         axis.bar(
             positions, bars["target q"], 0.8, fill=False, edgecolor="#444444", lw=0.8, label="q"
         )
@@ -682,26 +445,8 @@ def figure_example(results: Results, folder: Path) -> Figure:
         )
         axis.set_xticks(positions, tokens, fontsize=6.5, rotation=45)
         axis.set_ylim(0, 1.02)
-    for axis in axes[1:].ravel()[len(rules) :]:
+    for axis in axes[len(rules) :]:
         axis.set_visible(False)
-    axes[1][0].legend(fontsize=7)
-    fig.tight_layout()
-    png, svg = _save(fig, folder, "fig6_example")
-    caption = (
-        "Read: how each rule reshapes the verifier's q for one drafted token, and what that "
-        "does to its acceptance (titles). One real held-out context. Top: the verifier's q "
-        "and the draft's p after the paper's "
-        "sampling processors (T = 0.6, top-k 20, top-p 0.95). Below, for the draft's most "
-        "likely token n (red), the distribution h each rule verifies against, over q "
-        "(outline), at the budget δ = 0.25 (at δ = 1 every rule accepts every token q "
-        "allows in this context). SpS uses q itself; cactus and cactus-exact raise n and "
-        "shrink the rest of q in proportion; frontier keeps p where the clip allows and "
-        "caps it elsewhere; interp mixes p into q (and so can emit tokens q excludes); for "
-        "TAS the bars are the law of the emitted token given n. Titles give P(accept n) and "
-        "the overall acceptance Σ p a."
-    )
-    series = {"bars": bars, "acceptance": example["acceptance"], "tokens": example["tokens"]}
-    return Figure("fig6_example", "Worked example", caption, png, svg, series)
 
 
 # -- figure 7 -------------------------------------------------------------------------------
@@ -709,18 +454,19 @@ def figure_example(results: Results, folder: Path) -> Figure:
 
 def figure_sequence_kl(results: Results, folder: Path) -> Figure:
     """Chain-rule sequence divergence against generated length at matched acceptance."""
-    rows = _rows(results.sequence_kl, source=results.main_source, group="matched")
+    rows = rows_where(results.sequence_kl, source=results.main_source, group="matched")
     decode = {
-        r["rule"]: r for r in _rows(results.decoding, source=results.main_source, group="matched")
+        r["rule"]: r
+        for r in rows_where(results.decoding, source=results.main_source, group="matched")
     }
     fig, axis = plt.subplots(figsize=(7.6, 4.8))
     series: dict = {}
     infinite = []
     for rule in dict.fromkeys(r["rule"] for r in rows):
-        points = sorted(_rows(rows, rule=rule), key=lambda r: r["length"])
+        points = sorted(rows_where(rows, rule=rule), key=lambda r: r["length"])
         name = rule.split(":")[0]
         info = decode.get(rule, {})
-        if not all(_finite(r["kl_cumulative"]) for r in points):
+        if not all(finite(r["kl_cumulative"]) for r in points):
             infinite.append(_short_label(info, rule))
             series[rule] = [(r["length"], r["kl_cumulative"]) for r in points]
             continue
@@ -753,7 +499,7 @@ def figure_sequence_kl(results: Results, folder: Path) -> Figure:
         axis.plot([], [], " ", label="∞ (emits tokens q excludes): " + ", ".join(infinite))
     axis.legend(fontsize=7.5, loc="upper left")
     fig.tight_layout()
-    png, svg = _save(fig, folder, "fig7_sequence_kl")
+    png, svg = save(fig, folder, "fig7_sequence_kl")
     caption = (
         "Read: the slope is the nats of drift per generated token each rule pays for its "
         "acceptance; the lowest line buys it most cheaply. "
@@ -774,7 +520,7 @@ def _short_label(info: dict, rule: str) -> str:
     name, value, key = info.get("name"), info.get("param"), info.get("param_name")
     if not name:
         return rule
-    if not key or not _finite(value):
+    if not key or not finite(value):
         return name
     return f"{name}({symbols.get(key, key)}={value:.3g})"
 
@@ -797,7 +543,7 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
     colour = {label: palette(index % 10) for index, label in enumerate(labels)}
     for row in rows:
         kl = row["kl_per_token"]
-        shown = kl if _finite(kl) and kl > 0 else 1e-6  # SpS: KL exactly 0, drawn at 1e-6
+        shown = kl if finite(kl) and kl > 0 else 1e-6  # SpS: KL exactly 0, drawn at 1e-6
         axis.scatter(
             [shown],
             [row["acceptance_length"]],
@@ -821,7 +567,7 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
     pair = table.get("pair", "?")
     axis.set_title(f"Real pair ({pair}): acceptance bought per nat of divergence", fontsize=10)
     fig.tight_layout()
-    png, svg = _save(fig, folder, "fig8_real_model")
+    png, svg = save(fig, folder, "fig8_real_model")
     caption = (
         "Read: how much longer the accepted prefix gets for each nat the rule moves the "
         "output away from the verifier, on a real model. Each point is one rule, δ and k "

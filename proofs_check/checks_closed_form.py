@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cactus_theory import divergences, gamma, rules
+from cactus_theory import divergences, rules
+from cactus_theory.core import gamma
 from proofs_check import instances, overshoot, reference, search
 from proofs_check.claims import ROUNDING, Context, Worst, budget_tolerance, instance_dict, row
 
@@ -46,61 +47,16 @@ def check_cor5(context: Context) -> dict:
     with context.bar(deltas.size * per_delta, "cor5") as bar:
         for delta in deltas:
             q = _target_masses(rng, per_delta)
-            vocab = 2
-            # (a) second-order expansion: |KL(q+d‖q) − d²/(2q(1−q))| ≤ max|f'''| d³/6 (Lagrange).
             lift = np.sqrt(2.0 * delta * q * (1.0 - q))
-            inside = q + lift < 1.0
-            qi, di = q[inside], lift[inside]
-            remainder = np.abs(
-                overshoot.branch_kl_from_lift(di, 1.0 - qi, qi) - di**2 / (2 * qi * (1 - qi))
-            )
-            bound = _third_derivative_bound(qi, qi + di) * di**3 / 6.0
-            slack = 64 * EPS * (di**2 / (2 * qi * (1 - qi)))
-            ratio = remainder / (bound + slack)
-            taylor.update(
-                ratio,
-                ratio > 1.0,
-                vocab,
-                lambda i, q=qi, d=delta: instance_dict([q[i], 1 - q[i]], delta=d),
-            )
-            # (b) the shipped closed form is the root of that polynomial (where unclipped).
-            shipped = gamma.closed_form_raised_mass(q, delta)
-            from_rule = rules.make("cactus", delta=float(delta)).raised_mass(q)
-            expected = np.minimum(1.0, q + lift)
-            error = np.maximum(np.abs(shipped - expected), np.abs(from_rule - expected)) / (
-                2 * EPS * np.maximum(expected, 1e-300)
-            )
-            root.update(
-                error,
-                error > 1.0,
-                vocab,
-                lambda i, q=q, d=delta: instance_dict([q[i], 1 - q[i]], delta=d),
-            )
+            _cor5_taylor(taylor, q, lift, delta)
+            shipped = _cor5_root(root, q, lift, delta)
             # (c) it is the exact χ² solution at budget 2δ.
             exact_chi2 = gamma.exact_raised_mass(q, 2.0 * delta, "chi2")
             chi2 = max(
                 chi2, float(np.max(np.abs(exact_chi2 - shipped) / np.maximum(shipped, 1e-300)))
             )
             bar.update(per_delta)
-    # (d) first-order agreement with the exact KL root: sup_q |γ* − γ_cf|/δ, and its limit.
-    grid = np.concatenate(
-        [np.logspace(-12, -1, 200), np.linspace(0.1, 0.9, 161), 1 - np.logspace(-12, -1, 200)]
-    )
-    first_order = {}
-    for delta in (1e-2, 1e-4, 1e-6):
-        exact = gamma.exact_raised_mass(grid, delta, "kl")
-        closed = gamma.closed_form_raised_mass(grid, delta)
-        first_order[f"sup_q |γ*−γ_cf|/δ at δ={delta:g}"] = float(
-            np.max(np.abs(exact - closed)) / delta
-        )
-    middle = np.linspace(0.05, 0.95, 91)
-    limit = {}
-    for delta in (1e-4, 1e-6):
-        exact = gamma.exact_raised_mass(middle, delta, "kl")
-        closed = gamma.closed_form_raised_mass(middle, delta)
-        limit[f"max |(γ*−γ_cf)/δ − (1−2q)/3| at δ={delta:g}"] = float(
-            np.max(np.abs((exact - closed) / delta - (1 - 2 * middle) / 3))
-        )
+    first_order, limit = _cor5_first_order()
     holds = taylor.holds and root.holds and chi2 <= 4 * EPS
     return {
         "rows": [
@@ -126,9 +82,91 @@ def check_cor5(context: Context) -> dict:
     }
 
 
+def _cor5_taylor(taylor: Worst, q: Array, lift: Array, delta: float) -> None:
+    """(a) the second-order expansion: |KL(q+d‖q) − d²/(2q(1−q))| ≤ max|f'''| d³/6
+    (Lagrange), where q + d < 1."""
+    vocab = 2
+    inside = q + lift < 1.0
+    qi, di = q[inside], lift[inside]
+    remainder = np.abs(
+        overshoot.branch_kl_from_lift(di, 1.0 - qi, qi) - di**2 / (2 * qi * (1 - qi))
+    )
+    bound = _third_derivative_bound(qi, qi + di) * di**3 / 6.0
+    slack = 64 * EPS * (di**2 / (2 * qi * (1 - qi)))
+    ratio = remainder / (bound + slack)
+    taylor.update(
+        ratio,
+        ratio > 1.0,
+        vocab,
+        lambda i, q=qi, d=delta: instance_dict([q[i], 1 - q[i]], delta=d),
+    )
+
+
+def _cor5_root(root: Worst, q: Array, lift: Array, delta: float) -> Array:
+    """(b) the shipped closed form is the root of that polynomial (where unclipped);
+    returns the shipped γ."""
+    vocab = 2
+    shipped = gamma.closed_form_raised_mass(q, delta)
+    from_rule = rules.make("cactus", delta=float(delta)).raised_mass(q)
+    expected = np.minimum(1.0, q + lift)
+    error = np.maximum(np.abs(shipped - expected), np.abs(from_rule - expected)) / (
+        2 * EPS * np.maximum(expected, 1e-300)
+    )
+    root.update(
+        error,
+        error > 1.0,
+        vocab,
+        lambda i, q=q, d=delta: instance_dict([q[i], 1 - q[i]], delta=d),
+    )
+    return shipped
+
+
+def _cor5_first_order() -> tuple[dict, dict]:
+    """(d) first-order agreement with the exact KL root: sup_q |γ* − γ_cf|/δ, and its
+    limit (1 − 2q)/3."""
+    grid = np.concatenate(
+        [np.logspace(-12, -1, 200), np.linspace(0.1, 0.9, 161), 1 - np.logspace(-12, -1, 200)]
+    )
+    first_order = {}
+    for delta in (1e-2, 1e-4, 1e-6):
+        exact = gamma.exact_raised_mass(grid, delta, "kl")
+        closed = gamma.closed_form_raised_mass(grid, delta)
+        first_order[f"sup_q |γ*−γ_cf|/δ at δ={delta:g}"] = float(
+            np.max(np.abs(exact - closed)) / delta
+        )
+    middle = np.linspace(0.05, 0.95, 91)
+    limit = {}
+    for delta in (1e-4, 1e-6):
+        exact = gamma.exact_raised_mass(middle, delta, "kl")
+        closed = gamma.closed_form_raised_mass(middle, delta)
+        limit[f"max |(γ*−γ_cf)/δ − (1−2q)/3| at δ={delta:g}"] = float(
+            np.max(np.abs((exact - closed) / delta - (1 - 2 * middle) / 3))
+        )
+    return first_order, limit
+
+
 def check_cor6(context: Context) -> dict:
     """γ ≤ 1/2 ⇒ KL(h‖q) ≤ δ (paper); the exact region (ours)."""
-    rng = context.rng("cor6")
+    paper = _cor6_paper(context, context.rng("cor6"))
+    return {
+        "rows": [
+            row(
+                "cor6",
+                "Cor 6: if the closed form's γ ≤ 1/2 then KL(h‖q) ≤ δ (random points plus a "
+                "scipy search over (q_n, δ)).",
+                "paper",
+                paper.holds,
+                paper.count,
+                {"max (KL − δ)/δ with γ ≤ 1/2": paper.value},
+                paper.counterexample,
+            ),
+            _cor6_sharp(context),
+        ]
+    }
+
+
+def _cor6_paper(context: Context, rng: np.random.Generator) -> Worst:
+    """The paper's Cor 6 on random (q_n, δ) and by a scipy search over them."""
     paper = Worst()
     random_count = context.count(20_000, 1_000_000)
     q = _target_masses(rng, random_count)
@@ -167,8 +205,12 @@ def check_cor6(context: Context) -> dict:
         lambda _: instance_dict([mass, 1 - mass], delta=float(np.exp(point[1]))),
     )
     paper.count += evaluations - 1
+    return paper
 
-    # Ours: the exact region, on a (q, δ) grid.
+
+def _cor6_grid(context: Context) -> tuple[Array, Array, Array]:
+    """The (q_n, δ) grid of the sharp Cor 6, (q_n [Q, D], δ [Q, D], δ₁(q_n) [Q]): q_n dense
+    near 0 and 1 (log-spaced) and across (0, 1), δ log-spaced over [1e-6, 1e3]."""
     size_q, size_delta = context.count(120, 1000), context.count(120, 1000)
     grid_q = np.unique(
         np.concatenate(
@@ -182,6 +224,13 @@ def check_cor6(context: Context) -> dict:
     grid_delta = np.logspace(-6, 3, size_delta)
     threshold = np.array([overshoot.delta_one(value) for value in grid_q])
     mass, budget = np.meshgrid(grid_q, grid_delta, indexing="ij")
+    return mass, budget, threshold
+
+
+def _cor6_sharp(context: Context) -> dict:
+    """The row of our sharp Cor 6: the exact region where the closed form stays within δ,
+    on a (q_n, δ) grid."""
+    mass, budget, threshold = _cor6_grid(context)  # [Q, D], [Q, D], [Q]
     lift = np.minimum(1.0 - mass, np.sqrt(2 * budget * mass * (1 - mass)))
     lifted = mass + lift
     actual_kl = overshoot.branch_kl_from_lift(lift, 1 - mass, mass)
@@ -206,38 +255,24 @@ def check_cor6(context: Context) -> dict:
         ),
     )
     holds_sharp = sharp.holds and simple_excess <= ROUNDING and star_excess <= ROUNDING
-    return {
-        "rows": [
-            row(
-                "cor6",
-                "Cor 6: if the closed form's γ ≤ 1/2 then KL(h‖q) ≤ δ (random points plus a "
-                "scipy search over (q_n, δ)).",
-                "paper",
-                paper.holds,
-                paper.count,
-                {"max (KL − δ)/δ with γ ≤ 1/2": paper.value},
-                paper.counterexample,
-            ),
-            row(
-                "cor6.sharp",
-                "Sharp Cor 6: the closed form has KL(h‖q) ≤ δ iff δ ≤ δ₁(q_n) or δ ≥ −log q_n "
-                "(δ₁ from the single root γ₁ ∈ (1−q_n, 1] of KL(γ‖q) = (γ−q)²/(2q(1−q)); δ₁ = 0 "
-                f"for q_n ≥ 1/2). Hence γ ≤ 1 − q_n suffices, and q_n ≤ q* = {star:.6f} never "
-                "overshoots.",
-                "ours",
-                holds_sharp,
-                int(mass.size),
-                {
-                    "mismatches": int(mismatch.sum()),
-                    "points within 1e-9 of the boundary": int(near.sum()),
-                    "max (KL − δ)/δ with γ ≤ 1 − q_n": simple_excess,
-                    "max (KL − δ)/δ with q_n ≤ q*": star_excess,
-                    "q*": star,
-                },
-                sharp.counterexample,
-            ),
-        ]
-    }
+    return row(
+        "cor6.sharp",
+        "Sharp Cor 6: the closed form has KL(h‖q) ≤ δ iff δ ≤ δ₁(q_n) or δ ≥ −log q_n "
+        "(δ₁ from the single root γ₁ ∈ (1−q_n, 1] of KL(γ‖q) = (γ−q)²/(2q(1−q)); δ₁ = 0 "
+        f"for q_n ≥ 1/2). Hence γ ≤ 1 − q_n suffices, and q_n ≤ q* = {star:.6f} never "
+        "overshoots.",
+        "ours",
+        holds_sharp,
+        int(mass.size),
+        {
+            "mismatches": int(mismatch.sum()),
+            "points within 1e-9 of the boundary": int(near.sum()),
+            "max (KL − δ)/δ with γ ≤ 1 − q_n": simple_excess,
+            "max (KL − δ)/δ with q_n ≤ q*": star_excess,
+            "q*": star,
+        },
+        sharp.counterexample,
+    )
 
 
 def check_overshoot(context: Context) -> dict:
@@ -260,25 +295,7 @@ def check_overshoot(context: Context) -> dict:
     above_one = measured_array > 1.0 + 1e-12
     below_critical = deltas < critical * (1 - 1e-9)
     sign_rule = bool(np.all(above_one == below_critical))
-    # Through the shipped rule on random instances: every branch within the bound.
-    rng = context.rng("overshoot")
-    total = context.count(1500, 20_000)
-    bound = Worst()
-    for batch in instances.batches(rng, total, (2, 3, 4, 8, 16), 250, one_delta=True):
-        delta = float(batch.delta[0])
-        rule = rules.make("cactus", delta=delta)
-        adjusted = reference.all_branch_targets(rule, batch.target, batch.draft)
-        count, vocab_size = batch.target.shape
-        every = np.broadcast_to(batch.target[:, None, :], (count, vocab_size, vocab_size))
-        ratio = divergences.rows("kl", adjusted, every) / delta
-        limit = float(overshoot.analytic_overshoot(delta))
-        worst = ratio.max(axis=-1) / limit
-        bound.update(
-            worst,
-            ratio.max(axis=-1) > limit + budget_tolerance(delta) / delta,
-            vocab_size,
-            lambda i, t=batch.target, d=delta: instance_dict(t[i], delta=d),
-        )
+    bound = _overshoot_through_the_rule(context)
     grid_evaluations = len(deltas) * 12_000
     holds = formula_error <= 1e-9 and sign_rule and bound.holds
     return {
@@ -312,6 +329,30 @@ def check_overshoot(context: Context) -> dict:
             }
         },
     }
+
+
+def _overshoot_through_the_rule(context: Context) -> Worst:
+    """The shipped cactus rule on random instances: every branch's KL(h^n‖q)/δ within the
+    analytic bound log(1 + 2δ)/δ (ratio to the bound, larger is worse)."""
+    rng = context.rng("overshoot")
+    total = context.count(1500, 20_000)
+    bound = Worst()
+    for batch in instances.batches(rng, total, (2, 3, 4, 8, 16), 250, one_delta=True):
+        delta = float(batch.delta[0])
+        rule = rules.make("cactus", delta=delta)
+        adjusted = reference.all_branch_targets(rule, batch.target, batch.draft)
+        count, vocab_size = batch.target.shape
+        every = np.broadcast_to(batch.target[:, None, :], (count, vocab_size, vocab_size))
+        ratio = divergences.rows("kl", adjusted, every) / delta
+        limit = float(overshoot.analytic_overshoot(delta))
+        worst = ratio.max(axis=-1) / limit
+        bound.update(
+            worst,
+            ratio.max(axis=-1) > limit + budget_tolerance(delta) / delta,
+            vocab_size,
+            lambda i, t=batch.target, d=delta: instance_dict(t[i], delta=d),
+        )
+    return bound
 
 
 def _dense_analytic(deltas: np.ndarray, points: int = 200) -> dict:

@@ -1,4 +1,5 @@
-"""Checks against cvxpy: the coupling LP, the per-branch problems, the frontier, Prop. 4.
+"""Checks against cvxpy: the coupling LP, the per-branch problems, the frontier (Prop. 4
+is in ``checks_prop4``).
 
 Each instance is solved by cvxpy (``formulations``) and by the fast code in cactus_theory,
 and, where a scalar problem is involved, by plain bisection (``reference``). A solve that
@@ -11,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cactus_theory import divergences, gamma, law, rules
-from cactus_theory.core.rules import baselines
+from cactus_theory import divergences, rules
+from cactus_theory.core import gamma
 from proofs_check import formulations, instances, reference
 from proofs_check.claims import (
     ROUNDING,
@@ -174,109 +175,140 @@ COMPARISON = (
 )
 
 
+class _BranchTally:
+    """What the per-branch check of one divergence accumulates over its batches."""
+
+    def __init__(self) -> None:
+        self.reduction = Worst()  # |cvxpy h_n − bisection γ*(spent)|
+        self.certificate = Worst()  # cvxpy h_n − bisection γ*(spent)
+        self.exactness = Worst()  # |our γ*(δ) − bisection γ*(δ)|
+        self.excess = Worst()  # (D(structured h‖q) − δ)/tolerance on full rows
+        self.raw = 0.0  # |our γ*(δ) − cvxpy's optimal value| (info: cvxpy's budget rounding)
+        self.structure = 0.0  # |cvxpy argmax − structured h| (info: argmax accuracy)
+        self.failures = 0
+        self.over_budget = 0
+        self.inaccurate = 0
+
+
+def _tally_ours(tally: _BranchTally, batch, tokens: Array, delta: float, divergence: str):
+    """Our γ* against bisection, and our branch h within δ on full rows; (q_n, our γ*,
+    bisection γ*) [N] for the cvxpy comparison."""
+    rows = np.arange(batch.target.shape[0])
+    vocab_size = batch.target.shape[1]
+    q_n = batch.target[rows, tokens]
+    rule = rules.make("cactus-exact", delta=delta, divergence=divergence)
+    ours = rule.raised_mass(q_n)
+    exact = reference.bisect_raised_mass(q_n, delta, divergence)
+    error = np.abs(ours - exact)
+    tally.exactness.update(
+        error,
+        error > ROUNDING,
+        vocab_size,
+        lambda i, t=batch.target, n=tokens, o=ours, e=exact, dl=delta: instance_dict(
+            t[i], token=n[i], delta=dl, ours=o[i], bisection=e[i]
+        ),
+    )
+    adjusted = rule.targets_for(batch.target, batch.draft, tokens)
+    value = divergences.rows(divergence, adjusted, batch.target)
+    over = (value - delta) / budget_tolerance(delta)
+    tally.excess.update(
+        over,
+        over > 1.0,
+        vocab_size,
+        lambda i, t=batch.target, n=tokens, v=value, dl=delta: instance_dict(
+            t[i], token=n[i], delta=dl, divergence_value=v[i]
+        ),
+    )
+    return q_n, ours, exact
+
+
+def _cvxpy_branches(tally: _BranchTally, batch, tokens: Array, delta: float, divergence, bar):
+    """cvxpy's per-branch optimum of every row: (solved rows, optimal flags, values [S],
+    points [S, V] renormalised), or None when no row was solved."""
+    solved, values, points, accurate = [], [], [], []
+    for index in range(batch.target.shape[0]):
+        try:
+            solution = formulations.solve_branch(
+                batch.target[index], int(tokens[index]), delta, divergence
+            )
+        except formulations.SolverError:
+            tally.failures += 1
+            continue
+        solved.append(index)
+        accurate.append(solution.status == "optimal")
+        values.append(solution.value)
+        support = batch.target[index] > 0 if divergence in ("kl", "chi2") else None
+        points.append(_renormalised(solution.point, support))
+        bar.update()
+    if not solved:
+        return None
+    return np.array(solved), np.array(accurate), np.array(values), np.stack(points)
+
+
+def _tally_cvxpy(tally: _BranchTally, batch, tokens, delta, divergence, ours, exact, q_n, found):
+    """Each cvxpy point against the exact γ* at the divergence it spends (``COMPARISON``)."""
+    solved, accurate, values, points = found
+    vocab_size = batch.target.shape[1]
+    tally.inaccurate += int(np.sum(~accurate))
+    target = batch.target[solved]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spent = np.maximum(divergences.rows(divergence, points, target), 0.0)
+    tally.over_budget += int(np.sum(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15))
+    best = reference.bisect_raised_mass(q_n[solved], spent, divergence)
+    raised = points[np.arange(solved.size), tokens[solved]]
+    tally.raw = max(tally.raw, float(np.max(np.abs(ours[solved] - values))))
+
+    def describe(i, t=target, n=tokens[solved], v=values, u=spent, b=best, dl=delta):
+        return instance_dict(
+            t[i], token=n[i], delta=dl, cvxpy=v[i], cvxpy_spent=u[i], exact_at_spent=b[i]
+        )
+
+    tally.certificate.update(raised - best, raised - best > CERTIFICATE_SLACK, vocab_size, describe)
+    gap = np.where(accurate, np.abs(raised - best), np.nan)
+    tally.reduction.update(gap, gap > SOLVER_TOLERANCE, vocab_size, describe)
+    if divergence in STRICTLY_CONVEX:
+        # Compared only where the optimum is unique and the objective can tell it
+        # apart: 0 < q_n < 1 and a lift γ* − q_n above cvxpy's tolerance.
+        lift = exact[solved] - q_n[solved]
+        inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0) & (lift > SOLVER_TOLERANCE)
+        shaped = reference.structured_targets(target, tokens[solved], values)
+        # Structured h at the cvxpy optimum against cvxpy's own argmax (info only).
+        if np.any(inside):
+            tally.structure = max(tally.structure, float(np.abs(shaped - points)[inside].max()))
+
+
 def _check_branch(context: Context, divergence: str) -> dict:
     """Thm 2 and our γ* against cvxpy's per-branch optimum (see ``COMPARISON``)."""
     total = context.count(25, 10_000)
     rng, stream = _instances(context, f"branch-{divergence}", total)
-    reduction = Worst()  # |cvxpy h_n − bisection γ*(spent)|
-    certificate = Worst()  # cvxpy h_n − bisection γ*(spent)
-    exactness = Worst()  # |our γ*(δ) − bisection γ*(δ)|
-    raw = 0.0  # |our γ*(δ) − cvxpy's optimal value| (info: cvxpy's own budget rounding)
-    structure = 0.0  # |cvxpy argmax − structured h| (info: interior-point argmax accuracy)
-    excess = Worst()  # (D(structured h‖q) − δ)/tolerance on full rows
-    failures = 0
-    over_budget = 0
-    inaccurate = 0
+    tally = _BranchTally()
     with context.bar(total, f"per-branch {divergence}") as bar:
         for batch in stream:
-            count, vocab_size = batch.target.shape
             delta = float(batch.delta[0])
-            rows = np.arange(count)
-            tokens = rng.integers(vocab_size, size=count)
+            tokens = rng.integers(batch.target.shape[1], size=batch.target.shape[0])
             tokens[::4] = 0  # the adversarial family places its special mass at index 0
-            q_n = batch.target[rows, tokens]
-            rule = rules.make("cactus-exact", delta=delta, divergence=divergence)
-            ours = rule.raised_mass(q_n)
-            exact = reference.bisect_raised_mass(q_n, delta, divergence)
-            error = np.abs(ours - exact)
-            exactness.update(
-                error,
-                error > ROUNDING,
-                vocab_size,
-                lambda i, t=batch.target, n=tokens, o=ours, e=exact, dl=delta: instance_dict(
-                    t[i], token=n[i], delta=dl, ours=o[i], bisection=e[i]
-                ),
-            )
-            adjusted = rule.targets_for(batch.target, batch.draft, tokens)
-            value = divergences.rows(divergence, adjusted, batch.target)
-            over = (value - delta) / budget_tolerance(delta)
-            excess.update(
-                over,
-                over > 1.0,
-                vocab_size,
-                lambda i, t=batch.target, n=tokens, v=value, dl=delta: instance_dict(
-                    t[i], token=n[i], delta=dl, divergence_value=v[i]
-                ),
-            )
-            solved, values, points, accurate = [], [], [], []
-            for index in range(count):
-                try:
-                    solution = formulations.solve_branch(
-                        batch.target[index], int(tokens[index]), delta, divergence
-                    )
-                except formulations.SolverError:
-                    failures += 1
-                    continue
-                solved.append(index)
-                accurate.append(solution.status == "optimal")
-                values.append(solution.value)
-                support = batch.target[index] > 0 if divergence in ("kl", "chi2") else None
-                points.append(_renormalised(solution.point, support))
-                bar.update()
-            if not solved:
-                continue
-            solved, accurate = np.array(solved), np.array(accurate)
-            inaccurate += int(np.sum(~accurate))
-            values, points = np.array(values), np.stack(points)
-            target = batch.target[solved]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                spent = np.maximum(divergences.rows(divergence, points, target), 0.0)
-            over_budget += int(np.sum(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15))
-            best = reference.bisect_raised_mass(q_n[solved], spent, divergence)
-            raised = points[np.arange(solved.size), tokens[solved]]
-            raw = max(raw, float(np.max(np.abs(ours[solved] - values))))
+            q_n, ours, exact = _tally_ours(tally, batch, tokens, delta, divergence)
+            found = _cvxpy_branches(tally, batch, tokens, delta, divergence, bar)
+            if found is not None:
+                _tally_cvxpy(tally, batch, tokens, delta, divergence, ours, exact, q_n, found)
+    return {"rows": _branch_rows(tally, divergence)}
 
-            def describe(i, t=target, n=tokens[solved], v=values, u=spent, b=best, dl=delta):
-                return instance_dict(
-                    t[i],
-                    token=n[i],
-                    delta=dl,
-                    cvxpy=v[i],
-                    cvxpy_spent=u[i],
-                    exact_at_spent=b[i],
-                )
 
-            certificate.update(
-                raised - best, raised - best > CERTIFICATE_SLACK, vocab_size, describe
-            )
-            gap = np.where(accurate, np.abs(raised - best), np.nan)
-            reduction.update(gap, gap > SOLVER_TOLERANCE, vocab_size, describe)
-            if divergence in STRICTLY_CONVEX:
-                # Compared only where the optimum is unique and the objective can tell it
-                # apart: 0 < q_n < 1 and a lift γ* − q_n above cvxpy's tolerance.
-                lift = exact[solved] - q_n[solved]
-                inside = (q_n[solved] > 0.0) & (q_n[solved] < 1.0) & (lift > SOLVER_TOLERANCE)
-                shaped = reference.structured_targets(target, tokens[solved], values)
-                # Structured h at the cvxpy optimum against cvxpy's own argmax (info only).
-                if np.any(inside):
-                    structure = max(structure, float(np.abs(shaped - points)[inside].max()))
+def _branch_rows(tally: _BranchTally, divergence: str) -> list[dict]:
+    """The rows thm2.<divergence> and ours.gamma.<divergence> from the tally."""
+    reduction, certificate, exactness, excess = (
+        tally.reduction,
+        tally.certificate,
+        tally.exactness,
+        tally.excess,
+    )
     text = DIVERGENCE_TEXT[divergence]
     unique = "unique" if divergence in STRICTLY_CONVEX else "not unique: TV is not strictly convex"
     common = {
         "max cvxpy-point advantage": certificate.value,
-        "cvxpy points over budget": over_budget,
-        "optimal_inaccurate (certificate only)": inaccurate,
-        "solver_failures": failures,
+        "cvxpy points over budget": tally.over_budget,
+        "optimal_inaccurate (certificate only)": tally.inaccurate,
+        "solver_failures": tally.failures,
     }
     thm2 = row(
         f"thm2.{divergence}",
@@ -289,7 +321,7 @@ def _check_branch(context: Context, divergence: str) -> dict:
         reduction.count,
         {
             "max |cvxpy − scalar γ*|": reduction.value,
-            "max |cvxpy argmax − structured h|": structure,
+            "max |cvxpy argmax − structured h|": tally.structure,
             **common,
         },
         reduction.counterexample or certificate.counterexample or excess.counterexample,
@@ -308,7 +340,7 @@ def _check_branch(context: Context, divergence: str) -> dict:
         {
             "max |ours − bisection|": exactness.value,
             "max |cvxpy − γ*| at cvxpy's spent divergence": reduction.value,
-            "max |ours − cvxpy value| at δ": raw,
+            "max |ours − cvxpy value| at δ": tally.raw,
             "max (D − δ)/tolerance": excess.value,
             **common,
         },
@@ -317,68 +349,38 @@ def _check_branch(context: Context, divergence: str) -> dict:
         or certificate.counterexample
         or excess.counterexample,
     )
-    return {"rows": [thm2, ours_row]}
+    return [thm2, ours_row]
 
 
 # --- our frontier against the output-law problem -------------------------------------------
 
 
+class _FrontierTally:
+    """What the frontier-optimality check accumulates over its instances."""
+
+    def __init__(self) -> None:
+        self.gap = Worst()  # |cvxpy's acceptance − frontier's at the KL cvxpy spends|
+        self.certificate = Worst()  # cvxpy's acceptance − frontier's at that KL
+        self.budget = Worst()  # (KL(h_frontier‖q) − δ)/tolerance
+        self.raw = 0.0  # |Δacceptance| at δ (info: cvxpy's own budget rounding)
+        self.failures = 0
+        self.over_budget = 0
+        self.inaccurate = 0
+
+
 def check_frontier_optimal(context: Context) -> dict:
     """frontier's acceptance equals cvxpy's max Σ min(p, h) s.t. KL(h‖q) ≤ δ (see COMPARISON)."""
     total = context.count(25, 10_000)
-    rng, stream = _instances(context, "frontier-optimal", total)
-    gap = Worst()
-    certificate = Worst()
-    budget = Worst()
-    raw = 0.0
-    failures = 0
-    over_budget = 0
-    inaccurate = 0
+    _, stream = _instances(context, "frontier-optimal", total)
+    tally = _FrontierTally()
     with context.bar(total, "frontier vs cvxpy") as bar:
         for batch in stream:
             vocab_size = batch.target.shape[1]
             for index in range(len(batch)):
                 target, draft = batch.target[index], batch.draft[index]
                 delta = float(batch.delta[index])
-                adjusted = rules.make("frontier", delta=delta).target_law(target, draft)
-                acceptance = float(np.minimum(draft, adjusted).sum())
-                kl = float(divergences.kl_rows(adjusted, target))
-                over = kl - delta
-                budget.update(
-                    [over / float(budget_tolerance(delta))],
-                    [over > budget_tolerance(delta)],
-                    vocab_size,
-                    lambda _, t=target, d=draft, dl=delta, k=kl: instance_dict(
-                        t, d, delta=dl, kl=k
-                    ),
-                )
-                try:
-                    solution = formulations.solve_output_law(target, draft, delta)
-                except formulations.SolverError:
-                    failures += 1
-                    continue
-                raw = max(raw, abs(acceptance - solution.value))
-                accurate = solution.status == "optimal"
-                inaccurate += int(not accurate)
-                point = _renormalised(solution.point, target > 0)
-                spent = max(0.0, float(divergences.kl_rows(point, target)))
-                over_budget += int(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15)
-                best = rules.make("frontier", delta=spent).target_law(target, draft)
-                reached = float(np.minimum(draft, point).sum())
-                optimum = float(np.minimum(draft, best).sum())
-
-                def describe(_, t=target, d=draft, dl=delta, s=solution, u=spent, o=optimum):
-                    return instance_dict(
-                        t, d, delta=dl, cvxpy=s.value, cvxpy_spent=u, frontier_at_spent=o
-                    )
-
-                advantage = reached - optimum
-                certificate.update(
-                    [advantage], [advantage > CERTIFICATE_SLACK], vocab_size, describe
-                )
-                error = abs(advantage) if accurate else np.nan
-                gap.update([error], [error > SOLVER_TOLERANCE], vocab_size, describe)
-                bar.update()
+                if _frontier_against_cvxpy(tally, target, draft, delta, vocab_size):
+                    bar.update()
     return {
         "rows": [
             row(
@@ -389,155 +391,60 @@ def check_frontier_optimal(context: Context) -> dict:
                 f"{CVXPY_SMALLEST_DELTA:g}), and no cvxpy "
                 "point beats frontier at that KL.",
                 "ours",
-                gap.holds and certificate.holds and budget.holds,
-                certificate.count,
+                tally.gap.holds and tally.certificate.holds and tally.budget.holds,
+                tally.certificate.count,
                 {
-                    "max |Δacceptance|": gap.value,
-                    "max |Δacceptance| at δ (cvxpy's own value)": raw,
-                    "max cvxpy-point advantage": certificate.value,
-                    "max (KL − δ)/tolerance": budget.value,
-                    "cvxpy points over budget": over_budget,
-                    "optimal_inaccurate (certificate only)": inaccurate,
-                    "solver_failures": failures,
+                    "max |Δacceptance|": tally.gap.value,
+                    "max |Δacceptance| at δ (cvxpy's own value)": tally.raw,
+                    "max cvxpy-point advantage": tally.certificate.value,
+                    "max (KL − δ)/tolerance": tally.budget.value,
+                    "cvxpy points over budget": tally.over_budget,
+                    "optimal_inaccurate (certificate only)": tally.inaccurate,
+                    "solver_failures": tally.failures,
                 },
-                gap.counterexample or certificate.counterexample or budget.counterexample,
+                tally.gap.counterexample
+                or tally.certificate.counterexample
+                or tally.budget.counterexample,
             )
         ]
     }
 
 
-# --- Prop. 4: typical acceptance as a cross-entropy problem ---------------------------------
-
-
-def cross_entropy_budget(target_probs: Array, epsilon: float, alpha: float) -> Array:
-    """τ(q) = max(log(1/ε), H(q) + log(1/α)): the cross-entropy budget TAS implies."""
-    return np.maximum(-np.log(epsilon), baselines.entropy(target_probs) - np.log(alpha))
-
-
-def cross_entropy_raised_mass(target_probs: Array, budget: Array) -> Array:
-    """γ_CE[..., n] = min(1, (τ − c_min)/(c_n − c_min)), c = −log q: the LP's optimum.
-
-    max h_n s.t. Σ h c ≤ τ puts h_n = γ_CE and the rest on argmin c = argmax q (n = argmax
-    q gives 1). c_n = +inf (q_n = 0) gives 0.
-    """
-    with np.errstate(divide="ignore"):
-        cost = -np.log(target_probs)
-    lowest = cost.min(axis=-1, keepdims=True)
-    room = budget[..., None] - lowest
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raised = np.where(cost <= budget[..., None], 1.0, room / (cost - lowest))
-    return np.clip(np.where(np.isfinite(cost), raised, 0.0), 0.0, 1.0)
-
-
-def cross_entropy_targets(target_probs: Array, raised: Array) -> Array:
-    """[..., V, V]: h^n = γ_CE,n e_n + (1 − γ_CE,n) e_argmax q."""
-    vocab_size = target_probs.shape[-1]
-    eye = np.eye(vocab_size)
-    peak = eye[np.argmax(target_probs, axis=-1)]  # [..., V]
-    return raised[..., None] * eye + (1.0 - raised[..., None]) * peak[..., None, :]
-
-
-def check_prop4(context: Context) -> dict:
-    """TAS vs the cross-entropy problem: equal decisions, different laws."""
-    rng = context.rng("prop4")
-    total = context.count(2000, 20_000)
-    lp_total = context.count(20, 10_000)
-    decisions = Worst()
-    boundary = 0
-    recovery_mismatch = 0
-    laws = Worst()
-    lp = Worst()
-    failures = 0
-    lp_done = 0
-    with context.bar(total + lp_total, "prop4 (TAS)") as bar:
-        for batch in instances.batches(rng, total, (2, 3, 4, 8, 32), chunk=250):
-            count, vocab_size = batch.target.shape
-            if count % 2:
-                epsilon, alpha = 0.09, 0.3  # vLLM's defaults
-            else:
-                epsilon = float(rng.uniform(0.01, 0.3))
-                alpha = float(np.sqrt(epsilon) if rng.random() < 0.5 else rng.uniform(0.05, 1.0))
-            tas = rules.make("tas", epsilon=epsilon, alpha=alpha)
-            target, draft = batch.target, batch.draft
-            budget = cross_entropy_budget(target, epsilon, alpha)
-            with np.errstate(divide="ignore"):
-                cost = -np.log(target)
-            feasible = cost <= budget[:, None]  # e_n is feasible for the CE problem
-            accepted = tas.accept_mask(target)
-            near = np.abs(cost - budget[:, None]) <= ROUNDING * np.maximum(1.0, budget[:, None])
-            boundary += int(np.sum(near & (feasible != accepted)))
-            wrong = (feasible != accepted) & ~near
-            decisions.update(
-                wrong.any(axis=-1).astype(float),
-                wrong.any(axis=-1),
-                vocab_size,
-                lambda i, t=target, e=epsilon, a=alpha: instance_dict(t[i], epsilon=e, alpha=a),
-            )
-            recovery_mismatch += int(
-                np.sum(np.argmin(cost, axis=-1) != np.argmax(tas.recovery(target), axis=-1))
-            )
-            raised = cross_entropy_raised_mass(target, budget)
-            ce_law, _ = reference.gsps_law(cross_entropy_targets(target, raised), draft)
-            tas_law = law.output_law_rows(tas, target, draft)
-            difference = np.abs(ce_law - tas_law).max(axis=-1)
-            laws.update(
-                difference,
-                difference > 1e-9,
-                vocab_size,
-                lambda i, t=target, d=draft, e=epsilon, a=alpha, c=ce_law, s=tas_law: instance_dict(
-                    t[i], d[i], epsilon=e, alpha=a, tas_law=s[i], gsps_cross_entropy_law=c[i]
-                ),
-            )
-            bar.update(count)
-            # cvxpy LP on some rows with q > 0 (the cost −log q must be finite).
-            for index in np.flatnonzero(np.all(target > 1e-12, axis=-1))[:4]:
-                if lp_done >= lp_total or vocab_size > 8:
-                    break
-                token = int(rng.integers(vocab_size))
-                try:
-                    solution = formulations.solve_cross_entropy(
-                        target[index], token, float(budget[index])
-                    )
-                except formulations.SolverError:
-                    failures += 1
-                    continue
-                lp_done += 1
-                closed = float(raised[index, token])
-                agree = (solution.value >= 1 - SOLVER_TOLERANCE) == bool(accepted[index, token])
-                error = abs(solution.value - closed)
-                lp.update(
-                    [error],
-                    [error > SOLVER_TOLERANCE or (not agree and not near[index, token])],
-                    vocab_size,
-                    lambda _, t=target[index], n=token, s=solution.value, c=closed: instance_dict(
-                        t, token=n, lp=s, closed_form=c
-                    ),
-                )
-                bar.update()
-    decision_row = row(
-        "prop4",
-        "Prop 4 (decision sense): TAS accepts n iff the point mass e_n is feasible for "
-        "max h_n s.t. cross-entropy −Σ h log q ≤ τ(q), τ(q) = max(log 1/ε, H(q) + log 1/α), "
-        "and on rejection emits argmax q, the cross-entropy minimiser (LP checked by cvxpy).",
-        "paper",
-        decisions.holds and lp.holds and recovery_mismatch == 0,
-        decisions.count + lp.count,
-        {
-            "decision mismatches off the boundary": decisions.violations,
-            "mismatches within 1e-12 of the threshold": boundary,
-            "max |LP − closed-form γ_CE|": lp.value,
-            "solver_failures": failures,
-        },
-        decisions.counterexample or lp.counterexample,
+def _frontier_against_cvxpy(
+    tally: _FrontierTally, target: Array, draft: Array, delta: float, vocab_size: int
+) -> bool:
+    """frontier within δ, and against cvxpy's optimum at the KL cvxpy's point spends
+    (``COMPARISON``); False when cvxpy failed."""
+    adjusted = rules.make("frontier", delta=delta).target_law(target, draft)
+    acceptance = float(np.minimum(draft, adjusted).sum())
+    kl = float(divergences.kl_rows(adjusted, target))
+    over = kl - delta
+    tally.budget.update(
+        [over / float(budget_tolerance(delta))],
+        [over > budget_tolerance(delta)],
+        vocab_size,
+        lambda _, t=target, d=draft, dl=delta, k=kl: instance_dict(t, d, delta=dl, kl=k),
     )
-    law_row = row(
-        "prop4.gsps",
-        "Prop 4 (law sense): running generalised SpS against the cross-entropy optimum "
-        "h^n = γ_CE e_n + (1−γ_CE) e_argmax q emits the same law as TAS.",
-        "paper",
-        laws.holds,
-        laws.count,
-        {"max |law difference|": laws.value, "instances that differ": laws.violations},
-        laws.counterexample,
-    )
-    return {"rows": [decision_row, law_row]}
+    try:
+        solution = formulations.solve_output_law(target, draft, delta)
+    except formulations.SolverError:
+        tally.failures += 1
+        return False
+    tally.raw = max(tally.raw, abs(acceptance - solution.value))
+    accurate = solution.status == "optimal"
+    tally.inaccurate += int(not accurate)
+    point = _renormalised(solution.point, target > 0)
+    spent = max(0.0, float(divergences.kl_rows(point, target)))
+    tally.over_budget += int(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15)
+    best = rules.make("frontier", delta=spent).target_law(target, draft)
+    reached = float(np.minimum(draft, point).sum())
+    optimum = float(np.minimum(draft, best).sum())
+
+    def describe(_, t=target, d=draft, dl=delta, s=solution, u=spent, o=optimum):
+        return instance_dict(t, d, delta=dl, cvxpy=s.value, cvxpy_spent=u, frontier_at_spent=o)
+
+    advantage = reached - optimum
+    tally.certificate.update([advantage], [advantage > CERTIFICATE_SLACK], vocab_size, describe)
+    error = abs(advantage) if accurate else np.nan
+    tally.gap.update([error], [error > SOLVER_TOLERANCE], vocab_size, describe)
+    return True

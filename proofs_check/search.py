@@ -64,6 +64,33 @@ def _safe(values: Array) -> Array:
     return np.where(np.isfinite(values), values, -np.inf)
 
 
+class _PairTracker:
+    """The objective over pairs, counting evaluations and keeping the best pair seen."""
+
+    def __init__(self, objective: Objective, vocab_size: int) -> None:
+        self.objective = objective
+        self.vocab_size = vocab_size
+        self.evaluations = 0
+        uniform = np.full(vocab_size, 1 / vocab_size)
+        self.best = SearchResult(-np.inf, uniform, uniform.copy(), 0)
+
+    def consider(self, target: Array, draft: Array) -> Array:
+        """The objective's values [N] of pairs [N, V] (non-finite as −inf)."""
+        values = _safe(np.asarray(self.objective(target, draft), dtype=np.float64))
+        self.evaluations += values.size
+        top = int(np.argmax(values))
+        if values[top] > self.best.value:
+            self.best = SearchResult(float(values[top]), target[top].copy(), draft[top].copy(), 0)
+        return values
+
+    def negative(self, points: Array) -> Array:
+        """−objective at logit points [2V, S] (differential_evolution's layout), +inf where
+        it is not finite."""
+        target, draft = _pairs_from_logits(points.T, self.vocab_size)
+        found = self.consider(target, draft)
+        return np.where(np.isfinite(found), -found, np.inf)
+
+
 def maximise_over_pairs(
     objective: Objective,
     vocab_size: int,
@@ -76,56 +103,15 @@ def maximise_over_pairs(
     polish_evaluations: int = 400,
     seeds: list[tuple[Array, Array]] | None = None,
 ) -> SearchResult:
-    """Maximise ``objective(target [N,V], draft [N,V]) -> [N]`` over pairs on V tokens."""
-    evaluations = 0
-    best = SearchResult(
-        -np.inf, np.full(vocab_size, 1 / vocab_size), np.full(vocab_size, 1 / vocab_size), 0
-    )
-
-    def consider(target: Array, draft: Array) -> Array:
-        nonlocal evaluations, best
-        values = _safe(np.asarray(objective(target, draft), dtype=np.float64))
-        evaluations += values.size
-        top = int(np.argmax(values))
-        if values[top] > best.value:
-            best = SearchResult(float(values[top]), target[top].copy(), draft[top].copy(), 0)
-        return values
-
-    pool_targets, pool_drafts, pool_values = [], [], []
-    for batch in instances.batches(rng, random_pairs, (vocab_size,)):
-        pool_targets.append(batch.target)
-        pool_drafts.append(batch.draft)
-        pool_values.append(consider(batch.target, batch.draft))
-    if seeds:
-        seed_target = np.stack([pair[0] for pair in seeds])
-        seed_draft = np.stack([pair[1] for pair in seeds])
-        pool_targets.append(seed_target)
-        pool_drafts.append(seed_draft)
-        pool_values.append(consider(seed_target, seed_draft))
-    targets = np.concatenate(pool_targets)
-    drafts = np.concatenate(pool_drafts)
-    values = np.concatenate(pool_values)
-
-    dimension = 2 * vocab_size
-    size = max(population, 5)
-    chosen = np.argsort(-values)[: size // 2]
-    init = np.concatenate(
-        [
-            _logits_from_pairs(targets[chosen], drafts[chosen]),
-            rng.uniform(-LOGIT_BOUND / 4, LOGIT_BOUND / 4, size=(size - chosen.size, dimension)),
-        ]
-    )
-    bounds = [(-LOGIT_BOUND, LOGIT_BOUND)] * dimension
-
-    def negative(points: Array) -> Array:  # differential_evolution: x of shape (dim, S)
-        target, draft = _pairs_from_logits(points.T, vocab_size)
-        found = consider(target, draft)
-        return np.where(np.isfinite(found), -found, np.inf)
-
+    """Maximise ``objective(target [N,V], draft [N,V]) -> [N]`` over pairs on V tokens:
+    random pairs (and ``seeds``), then differential evolution in logit space from the best
+    of them, then Nelder-Mead from the best points."""
+    tracker = _PairTracker(objective, vocab_size)
+    init = _initial_population(tracker, rng, vocab_size, random_pairs, population, seeds)
     if generations > 0:
         result = optimize.differential_evolution(
-            negative,
-            bounds,
+            tracker.negative,
+            [(-LOGIT_BOUND, LOGIT_BOUND)] * (2 * vocab_size),
             maxiter=generations,
             init=init,
             vectorized=True,
@@ -139,7 +125,7 @@ def maximise_over_pairs(
         starts = list(init[:polish_starts])
 
     def negative_one(point: Array) -> float:
-        return float(negative(np.clip(point, -LOGIT_BOUND, LOGIT_BOUND)[:, None])[0])
+        return float(tracker.negative(np.clip(point, -LOGIT_BOUND, LOGIT_BOUND)[:, None])[0])
 
     for start in starts[:polish_starts]:
         optimize.minimize(
@@ -148,8 +134,40 @@ def maximise_over_pairs(
             method="Nelder-Mead",
             options={"maxfev": polish_evaluations, "xatol": 1e-12, "fatol": 1e-15},
         )
-    best.evaluations = evaluations
-    return best
+    tracker.best.evaluations = tracker.evaluations
+    return tracker.best
+
+
+def _initial_population(
+    tracker: _PairTracker,
+    rng: np.random.Generator,
+    vocab_size: int,
+    random_pairs: int,
+    population: int,
+    seeds: list[tuple[Array, Array]] | None,
+) -> Array:
+    """Evaluate random pairs and the seeds; the evolution's first population [S, 2V]: the
+    logits of the best half, the rest uniform in a quarter of the logit bound."""
+    pool_targets, pool_drafts, pool_values = [], [], []
+    for batch in instances.batches(rng, random_pairs, (vocab_size,)):
+        pool_targets.append(batch.target)
+        pool_drafts.append(batch.draft)
+        pool_values.append(tracker.consider(batch.target, batch.draft))
+    if seeds:
+        seed_target = np.stack([pair[0] for pair in seeds])
+        seed_draft = np.stack([pair[1] for pair in seeds])
+        pool_targets.append(seed_target)
+        pool_drafts.append(seed_draft)
+        pool_values.append(tracker.consider(seed_target, seed_draft))
+    targets = np.concatenate(pool_targets)
+    drafts = np.concatenate(pool_drafts)
+    values = np.concatenate(pool_values)
+    size = max(population, 5)
+    chosen = np.argsort(-values)[: size // 2]
+    random_rows = rng.uniform(
+        -LOGIT_BOUND / 4, LOGIT_BOUND / 4, size=(size - chosen.size, 2 * vocab_size)
+    )
+    return np.concatenate([_logits_from_pairs(targets[chosen], drafts[chosen]), random_rows])
 
 
 def maximise_scalar(

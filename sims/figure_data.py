@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cactus_theory import gamma, law, rules, validate
+from cactus_theory import law, rules
+from cactus_theory.core import gamma, validate
 from cactus_theory.core.rules.base import DecisionRule
 from sims.pools import PairPool
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from cactus_theory import block, validate
+from cactus_theory.core import block, validate
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import inverse_cdf, verify_block
 from sims import rows, tradeoff
@@ -292,20 +292,57 @@ def _text_step(
     n = active.size
     starts = produced[active]
     offsets = starts[:, None] + np.arange(width)
-    work = np.zeros((n, width + k + 1), dtype=np.int64)
+    work = np.zeros((n, width + k + 1), dtype=np.int64)  # [n, history + drafts + 1]
     work[:, :width] = np.take_along_axis(sequences[active], offsets, axis=1)
     draft_u, accept_u, sample_u = rng.random((n, k)), rng.random((n, k)), rng.random(n)
+    draft_rows = _draft_text(models, work, draft_u, k)
+    drafted = work[:, width : width + k]  # [n, k]
+    pairs, bonus, decided_lengths, kl_at, tv_at = _verify_positions(
+        rule, models, work, draft_rows, drafted, accept_u, tally
+    )
+    target_full, draft_full, ids_full, columns = _assemble(pairs, bonus, draft_rows, drafted)
+    tokens, lengths = verify_block(rule, target_full, draft_full, columns, accept_u, sample_u)
+    if not np.array_equal(lengths, decided_lengths):  # pragma: no cover - a bug guard
+        raise RuntimeError("verify_block disagrees with the position-by-position decisions")
+    rows_n = np.arange(n)
+    emitted_column = tokens[rows_n, lengths]
+    emitted = np.full((n, k + 1), -1, dtype=np.int64)
+    emitted[:, :k] = np.where(np.arange(k) < lengths[:, None], drafted, -1)
+    emitted[rows_n, lengths] = ids_full[rows_n, lengths, emitted_column]
+    if np.any(emitted[rows_n, lengths] >= models.vocab_size):  # pragma: no cover
+        raise RuntimeError("a padding column was sampled")
 
-    # Draft k tokens autoregressively from the processed draft rows.
+    tally.lengths.append(lengths)
+    tally.emit(
+        active,
+        starts,
+        _token_divergences(kl_at, lengths, k),
+        _token_divergences(tv_at, lengths, k),
+        lengths + 1,
+    )
+    _tally_nll(models, work, emitted, lengths, tally)
+    return lengths, emitted
+
+
+def _draft_text(models: TextModels, work: Array, draft_u: Array, k: int) -> list:
+    """Draft k tokens autoregressively from the processed draft rows, written into ``work``
+    after the history; returns each position's draft rows."""
+    width, n = models.history_length, work.shape[0]
     draft_rows = []
     for i in range(k):
         row = models.draft_rows(work[:, i : i + width])
         column = inverse_cdf(row.probs, draft_u[:, i])
         work[:, width + i] = row.ids[np.arange(n), column]
         draft_rows.append(row)
-    drafted = work[:, width : width + k]
+    return draft_rows
 
-    # Verify position by position, only where every earlier draft was accepted.
+
+def _verify_positions(rule, models: TextModels, work, draft_rows, drafted, accept_u, tally):
+    """Verify position by position, only where every earlier draft was accepted: (aligned
+    pairs per position, the bonus rows, the accepted lengths [n], KL and TV at each
+    verified position [n, k])."""
+    width = models.history_length
+    n, k = drafted.shape
     alive = np.ones(n, dtype=bool)
     decided_lengths = np.full(n, k, dtype=np.int64)
     pairs: list[tuple[Array, rows.AlignedPairs]] = []
@@ -331,28 +368,13 @@ def _text_step(
         pairs.append((which, aligned))
         alive[which[~decided]] = False
         decided_lengths[which[~decided]] = i
+    return pairs, bonus, decided_lengths, kl_at, tv_at
 
-    target_full, draft_full, ids_full, columns = _assemble(pairs, bonus, draft_rows, drafted)
-    tokens, lengths = verify_block(rule, target_full, draft_full, columns, accept_u, sample_u)
-    if not np.array_equal(lengths, decided_lengths):  # pragma: no cover - a bug guard
-        raise RuntimeError("verify_block disagrees with the position-by-position decisions")
-    rows_n = np.arange(n)
-    emitted_column = tokens[rows_n, lengths]
-    emitted = np.full((n, k + 1), -1, dtype=np.int64)
-    emitted[:, :k] = np.where(np.arange(k) < lengths[:, None], drafted, -1)
-    emitted[rows_n, lengths] = ids_full[rows_n, lengths, emitted_column]
-    if np.any(emitted[rows_n, lengths] >= models.vocab_size):  # pragma: no cover
-        raise RuntimeError("a padding column was sampled")
 
-    tally.lengths.append(lengths)
-    tally.emit(
-        active,
-        starts,
-        _token_divergences(kl_at, lengths, k),
-        _token_divergences(tv_at, lengths, k),
-        lengths + 1,
-    )
-    # Raw verifier NLL of each emitted token, in its own context.
+def _tally_nll(models: TextModels, work: Array, emitted: Array, lengths: Array, tally) -> None:
+    """The raw verifier NLL of each emitted token, in its own context."""
+    width = models.history_length
+    rows_n = np.arange(work.shape[0])
     step_rows = np.repeat(rows_n, lengths + 1)
     step_pos = np.arange(step_rows.size) - np.repeat(
         np.cumsum(lengths + 1) - (lengths + 1), lengths + 1
@@ -361,7 +383,6 @@ def _text_step(
     probs = models.verifier_token_probs(histories, emitted[step_rows, step_pos])
     tally.nll_sum += float(-np.log(probs).sum())
     tally.nll_count += int(step_rows.size)
-    return lengths, emitted
 
 
 def _assemble(

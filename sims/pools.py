@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cactus_theory import validate
+from cactus_theory.core import validate
 
 Array = np.ndarray
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from cactus_theory import validate
+from cactus_theory.core import validate
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
 from sims import corpus, ngram, rows
 from sims.pools import PairPool

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cactus_theory import processors
+from cactus_theory.core import processors
 from cactus_theory.core.processors import SamplingSettings
 
 Array = np.ndarray

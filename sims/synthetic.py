@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special
 
-from cactus_theory import validate
+from cactus_theory.core import validate
 from sims.pools import PairPool
 
 Array = np.ndarray

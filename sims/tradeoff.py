@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from cactus_theory import divergences, law, rules, validate
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import validate
 from cactus_theory.core.rules.base import BranchRule, Rule, TargetRule, gsps_accept
 from sims.pools import PairPool
 

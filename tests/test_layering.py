@@ -1,5 +1,6 @@
 """The layers of ``cactus_theory`` import only downwards: util <- core <- sampler <- decode
-<- vllm <- cli.
+<- vllm <- cli, except that vllm never imports decode (what both engines share, such as
+the divergence meter, lives in sampler).
 
 Two checks. Static: every import statement in every file of a layer (module level and
 inside functions) names only the layers it may use. Dynamic: importing the numpy core,
@@ -33,11 +34,11 @@ ALLOWED = {
         "numpy",
         "tqdm",
     },
+    # vllm never imports decode (nor decode vllm): what both engines share lives in sampler.
     "vllm": {
         "cactus_theory.util",
         "cactus_theory.core",
         "cactus_theory.sampler",
-        "cactus_theory.decode",
         "cactus_theory.vllm",
         "torch",
         "transformers",
@@ -45,7 +46,7 @@ ALLOWED = {
     },
 }
 #: The packages beside cactus_theory: proofs_check and paper_figs use the numpy core only
-#: (paper_figs reads results; ``cactus report`` runs sims and proofs_check through it).
+#: (``cactus report``, in paper_figs, runs sims and proofs_check, then draws their results).
 BESIDE = {
     "proofs_check": {
         "cactus_theory.util",
@@ -65,8 +66,9 @@ BESIDE = {
         "tqdm",
     },
 }
-#: Names the package root re-exports from the core (``from cactus_theory import law``).
-CORE_MODULES = {p.stem for p in (PACKAGE / "core").glob("*.py")} | {"rules"}
+#: The core modules that are also real submodules of the package root
+#: (``cactus_theory/rules.py`` is ``cactus_theory.core.rules``).
+ROOT_MODULES = {"divergences", "law", "rules"}
 #: Our packages outside cactus_theory, and the heavy libraries a layer below cli must
 #: never name.
 OURS = ("cactus_theory", "proofs_check", "sims", "paper_figs")
@@ -101,8 +103,8 @@ def violations(layer: str) -> list[str]:
         for name in sorted(imported_names(path)):
             top = name.split(".")[0]
             parts = name.split(".")
-            if name.startswith("cactus_theory.") and parts[1] in CORE_MODULES:
-                name = "cactus_theory.core." + ".".join(parts[1:])  # a root re-export
+            if name.startswith("cactus_theory.") and parts[1] in ROOT_MODULES:
+                name = "cactus_theory.core." + ".".join(parts[1:])  # a root submodule
             if top in OURS:
                 ok = any(name == prefix or name.startswith(prefix + ".") for prefix in allowed)
                 # ``from cactus_theory import x`` names the root package (the core) itself.
@@ -123,18 +125,29 @@ def test_layer_imports_only_what_is_below_it(layer):
     assert violations(layer) == []
 
 
-def test_the_package_root_re_exports_only_the_core():
+def test_the_package_root_is_the_core_public_modules_and_nothing_else():
+    """``cactus_theory/__init__.py`` imports nothing; each root submodule imports only its
+    core module and is that very module, however it is imported."""
+    import importlib
+
     import cactus_theory
 
-    names = {name for name in imported_names(PACKAGE / "__init__.py") if name.startswith("cactus_")}
-    assert names == set()  # nothing imported eagerly; core modules load on first use
-    assert set(cactus_theory.CORE_MODULES) <= CORE_MODULES
-    for name in cactus_theory.CORE_MODULES:
-        assert getattr(cactus_theory, name).__name__ == f"cactus_theory.core.{name}"
+    assert {n for n in imported_names(PACKAGE / "__init__.py") if n.startswith("cactus_")} == set()
+    assert set(cactus_theory.PUBLIC_CORE_MODULES) == ROOT_MODULES
+    roots = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
+    assert roots == ROOT_MODULES  # no other module at the root
+    for name in sorted(ROOT_MODULES):
+        path = PACKAGE / f"{name}.py"
+        ours = {n for n in imported_names(path) if n.startswith("cactus_")}
+        assert ours == {"cactus_theory.core", f"cactus_theory.core.{name}"}
+        core = importlib.import_module(f"cactus_theory.core.{name}")
+        assert importlib.import_module(f"cactus_theory.{name}") is core
+        assert getattr(cactus_theory, name) is core
 
 
 def test_the_checker_catches_a_violation(tmp_path, monkeypatch):
-    """Negative control: a core file that imports torch is reported."""
+    """Negative controls: a core file that imports torch and a vllm file that imports
+    decode are reported."""
     fake_root = tmp_path
     core = fake_root / "cactus_theory" / "core"
     core.mkdir(parents=True)
@@ -147,6 +160,13 @@ def test_the_checker_catches_a_violation(tmp_path, monkeypatch):
         "cactus_theory/core/bad.py imports cactus_theory.sampler",
         "cactus_theory/core/bad.py imports cactus_theory.sampler.verify",
         "cactus_theory/core/bad.py imports torch",
+    ]
+    vllm = fake_root / "cactus_theory" / "vllm"
+    vllm.mkdir()
+    (vllm / "bad.py").write_text("from cactus_theory.decode.meter import positions_below\n")
+    assert violations("vllm") == [
+        "cactus_theory/vllm/bad.py imports cactus_theory.decode.meter",
+        "cactus_theory/vllm/bad.py imports cactus_theory.decode.meter.positions_below",
     ]
 
 
@@ -162,8 +182,8 @@ print("ok")
 @pytest.mark.parametrize(
     "body",
     [
-        "import cactus_theory\nfrom cactus_theory import block, divergences, gamma, law, rules\n"
-        "from cactus_theory.core import processors, roots, validate, verify",
+        "import cactus_theory, cactus_theory.rules\nfrom cactus_theory import divergences, law\n"
+        "from cactus_theory.core import block, gamma, processors, roots, validate, verify",
         "import proofs_check, proofs_check.claims, proofs_check.runner, proofs_check.cli\n"
         "from proofs_check import checks_closed_form, checks_exact, checks_laws",
         "from cactus_theory.cli import dispatch\n"

@@ -1,10 +1,19 @@
 """The ``cactus`` command and the benchmarks: the only layer that imports every other one.
 
-``main`` dispatches (``cli.dispatch``); each subcommand is a module with ``configure(parser)``
-and ``run(args)``: ``decode`` (``cactus decode``), ``bench_law``, ``bench_sampler``,
-``bench_decode`` (``cactus bench ...``). ``cactus report``, ``cactus check``,
-``cactus train-pair`` and ``cactus bench solvers`` live with their packages
-(``paper_figs``, ``proofs_check``, ``sims``).
+``main`` dispatches (``cli.dispatch``, whose ``COMMANDS`` is the table below); each
+subcommand is a module with ``configure(parser)`` and ``run(args)``, imported only when
+it runs. Every command and the module that holds it:
+
+- ``cactus report``: ``paper_figs.cli`` (sweeps, claims, figures -> report.html);
+- ``cactus check``: ``proofs_check.cli`` (an exact verdict for every claim);
+- ``cactus decode``: ``cactus_theory.cli.decode`` (speculative decoding with a rule);
+- ``cactus train-pair``: ``sims.train_pair`` (the small stdlib verifier and draft);
+- ``cactus train-draft``: ``sims.distill`` (the SmolLM2 feature draft);
+- ``cactus bench law``: ``cactus_theory.cli.bench_law`` (exact-law instances per second);
+- ``cactus bench solvers``: ``proofs_check.bench`` (fast solvers against cvxpy);
+- ``cactus bench sampler``: ``cactus_theory.cli.bench_sampler`` (the torch sampler);
+- ``cactus bench decode``: ``cactus_theory.cli.bench_decode`` (the paper's decoding table);
+- ``cactus bench vllm``: ``cactus_theory.cli.bench_vllm`` (every rule inside vLLM).
 """
 
 from cactus_theory.cli.dispatch import COMMANDS, build_parser, main

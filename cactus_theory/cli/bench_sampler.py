@@ -174,10 +174,6 @@ def run_workload(
     batch: int, steps: int, vocab: int, chosen: list, bandwidth: float, device, args
 ) -> dict:
     """Time every rule on one workload and print its table; returns its rows."""
-    import torch
-
-    from cactus_theory import sampler
-
     timer = _timer(device)
     target, draft, ids, uniforms = make_block(batch, steps, vocab, args.seed, device)
     all_bytes = 4 * target.numel() + 4 * draft.numel()
@@ -193,43 +189,9 @@ def run_workload(
     print("-" * len(header))
     rows = []
     for rule in chosen:
-        fast = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms, check=False)
-        checked = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms)
-        started = time.perf_counter()
-        expected = fast()  # warm-up, and the tokens the dense path must reproduce
-        # A slow rule on a slow device (the frontier on CPU) is timed once.
-        repeats = 1 if time.perf_counter() - started > 2.0 else args.repeats
-        ours = timer(fast, repeats)
-        ours_checked = timer(checked, repeats)
-        dense = None
-        if not isinstance(rule, rules.DecisionRule):
-            reference = partial(sampler.verify_dense, target, draft, ids, rule, uniforms)
-            if not torch.equal(expected[0], reference()[0]):
-                raise RuntimeError(f"dense and fast paths disagree for {rule.label}")
-            dense = timer(reference, repeats)
-        floor = needed_bytes(rule, batch, steps, vocab) / bandwidth
-        floor_all = all_bytes / bandwidth
-        row = {
-            "rule": rule.label,
-            "workload": f"{batch}x{steps}x{vocab}",
-            "ours_s": ours,
-            "ours_checked_s": ours_checked,
-            "dense_s": dense,
-            "floor_needed_s": floor,
-            "floor_all_rows_s": floor_all,
-            "dense_over_ours": None if dense is None else dense / ours,
-            "ours_over_floor": ours / floor,
-            "ours_over_all_rows_floor": ours / floor_all,
-        }
+        row = _time_rule(rule, (target, draft, ids, uniforms), timer, bandwidth, all_bytes, args)
         rows.append(row)
-        dense_text = "-" if dense is None else f"{1e3 * dense:9.2f}"
-        ratio_text = "-" if dense is None else f"{dense / ours:9.1f}x"
-        print(
-            f"{rule.label:<24} {1e3 * ours:9.2f} {1e3 * ours_checked:9.2f} {dense_text:>9} "
-            f"{1e3 * floor:9.3f} {ratio_text:>10} {ours / floor:9.1f}x "
-            f"{ours / floor_all:18.2f}x",
-            flush=True,
-        )
+        _print_row(row)
     reference_label = rules.parse(REFERENCE_RULE).label
     base = next((row["ours_s"] for row in rows if row["rule"] == reference_label), None)
     for row in rows:
@@ -239,6 +201,59 @@ def run_workload(
         "over [B, k, V]; floor = bytes the rule must read / copy bandwidth\n"
     )
     return {"batch": batch, "k": steps, "vocab": vocab, "rows": rows}
+
+
+def _time_rule(rule, block: tuple, timer, bandwidth: float, all_bytes: int, args) -> dict:
+    """One rule on one workload (``block``: target [B, k+1, V], draft [B, k, V], ids,
+    uniforms): ours with and without checks, the dense path (checked to agree), the floors."""
+    import torch
+
+    from cactus_theory import sampler
+
+    target, draft, ids, uniforms = block
+    batch, steps, vocab = draft.shape
+    fast = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms, check=False)
+    checked = partial(sampler.verify, target, draft, ids, rule, uniforms=uniforms)
+    started = time.perf_counter()
+    expected = fast()  # warm-up, and the tokens the dense path must reproduce
+    # A slow rule on a slow device (the frontier on CPU) is timed once.
+    repeats = 1 if time.perf_counter() - started > 2.0 else args.repeats
+    ours = timer(fast, repeats)
+    ours_checked = timer(checked, repeats)
+    dense = None
+    if not isinstance(rule, rules.DecisionRule):
+        reference = partial(sampler.verify_dense, target, draft, ids, rule, uniforms)
+        if not torch.equal(expected[0], reference()[0]):
+            raise RuntimeError(f"dense and fast paths disagree for {rule.label}")
+        dense = timer(reference, repeats)
+    floor = needed_bytes(rule, batch, steps, vocab) / bandwidth
+    floor_all = all_bytes / bandwidth
+    row = {
+        "rule": rule.label,
+        "workload": f"{batch}x{steps}x{vocab}",
+        "ours_s": ours,
+        "ours_checked_s": ours_checked,
+        "dense_s": dense,
+        "floor_needed_s": floor,
+        "floor_all_rows_s": floor_all,
+        "dense_over_ours": None if dense is None else dense / ours,
+        "ours_over_floor": ours / floor,
+        "ours_over_all_rows_floor": ours / floor_all,
+    }
+    return row
+
+
+def _print_row(row: dict) -> None:
+    """The rule's line of the workload table."""
+    ours, dense, floor = row["ours_s"], row["dense_s"], row["floor_needed_s"]
+    dense_text = "-" if dense is None else f"{1e3 * dense:9.2f}"
+    ratio_text = "-" if dense is None else f"{dense / ours:9.1f}x"
+    print(
+        f"{row['rule']:<24} {1e3 * ours:9.2f} {1e3 * row['ours_checked_s']:9.2f} {dense_text:>9} "
+        f"{1e3 * floor:9.3f} {ratio_text:>10} {ours / floor:9.1f}x "
+        f"{row['ours_over_all_rows_floor']:18.2f}x",
+        flush=True,
+    )
 
 
 def print_summary(results: list[dict]) -> None:

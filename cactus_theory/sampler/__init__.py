@@ -9,6 +9,9 @@ Modules mirror ``cactus_theory.core`` file for file:
 - ``verify_step``: ``verify``, the torch twin of ``core.verify.verify_block``;
 - ``checks``: its input checks; ``dense``: the reference-style path over [B, k, V].
 
+Beyond the mirror, ``divergence_meter``: the exact KL and TV of every emitted token, which
+both engines (``decode`` and ``vllm``) read.
+
 ``from cactus_theory import sampler; sampler.verify(target_probs, draft_probs, draft_ids,
 rule)`` returns ``(token_ids [B, k+1] padded with PAD_ID = -1, num_accepted [B])``.
 """

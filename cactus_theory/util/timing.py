@@ -1,4 +1,5 @@
-"""Best-of-N wall-clock timing, the one timer every ``cactus bench`` command uses.
+"""Wall-clock timing: best-of-N (the one timer every ``cactus bench`` command uses) and
+``Clock``, the seconds per named span of a decoding loop.
 
 The minimum over repeats is the least noisy estimate of a cost on a shared machine (noise
 only adds time). ``synchronize`` is called before starting and after stopping the clock,
@@ -8,7 +9,8 @@ so asynchronous devices (CUDA) are timed to completion.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -39,3 +41,31 @@ def timed(function: Callable[[], T]) -> tuple[T, float]:
     start = time.perf_counter()
     value = function()
     return value, time.perf_counter() - start
+
+
+class Clock:
+    """Seconds per named span (``with clock("verify"): ...``, summed over every entry), plus
+    the total since the clock was made. ``synchronize`` (e.g. ``torch.cuda.synchronize``)
+    runs at both ends of every span, so asynchronous work is counted in its own span."""
+
+    def __init__(self, synchronize: Callable[[], object] | None = None) -> None:
+        self.synchronize = synchronize
+        self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.synchronize is not None:
+            self.synchronize()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.synchronize is not None:
+                self.synchronize()
+            elapsed = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + elapsed
+
+    def finish(self, **counts: int) -> dict:
+        """Every span's seconds, ``total`` (seconds since the clock was made) and ``counts``."""
+        return {**self.seconds, "total": time.perf_counter() - self.started, **counts}

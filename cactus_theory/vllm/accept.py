@@ -30,7 +30,7 @@ import torch
 
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.rules.sps import SpS
-from cactus_theory.decode.meter import positions_below
+from cactus_theory.sampler.divergence_meter import positions_below
 from cactus_theory.sampler.law import emitted_divergence
 from cactus_theory.sampler.verify_step import verify
 from cactus_theory.vllm import config, metrics

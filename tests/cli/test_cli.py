@@ -32,6 +32,19 @@ def test_every_command_module_exists_with_configure_and_run(words, command):
     assert stop.value.code == 0
 
 
+def test_the_cli_package_lists_every_command_with_its_module():
+    """``cactus_theory.cli``'s docstring names each command and the module that holds it,
+    so a reader finds the half of the CLI that lives in paper_figs, proofs_check and sims."""
+    import cactus_theory.cli
+
+    lines = cactus_theory.cli.__doc__.splitlines()
+    for words, command in all_commands():
+        entry = f"``cactus {' '.join(words)}``: ``{command.module}``"
+        assert any(line.startswith(f"- {entry}") for line in lines), entry
+    listed = [line for line in lines if line.startswith("- ``cactus ")]
+    assert len(listed) == len(list(all_commands()))  # and nothing that is not a command
+
+
 def test_top_level_help_lists_every_command():
     result = subprocess.run(
         [sys.executable, "-m", "cactus_theory.cli", "--help"], capture_output=True, text=True

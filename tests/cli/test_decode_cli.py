@@ -152,6 +152,32 @@ def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monke
     assert checkpoints["verifier"] in capsys.readouterr().out
 
 
+def test_a_bare_decode_runs_on_the_default_pair(checkpoints, capsys, monkeypatch, tmp_path):
+    """``cactus decode`` with no rule, δ or models: the default rule (cactus, δ = 1) on the
+    default pair when its verifier is already in the cache, else on the tiny test pair."""
+    from cactus_theory.cli import decode
+    from cactus_theory.decode.runs import Pair
+    from sims import smollm
+
+    present = (smollm.folder() / "verifier-hf" / "config.json").is_file()
+    present = present and (smollm.DRAFT_FOLDER / "feature_draft.pt").is_file()
+    if not present:
+        pair = Pair(checkpoints["verifier"], checkpoints["draft"], checkpoints["prompts"], "test")
+        monkeypatch.setattr(cli, "default_pair", lambda: pair)
+    summary = tmp_path / "bare.json"
+    argv = ["decode", "--max-new-tokens", "4", "--num-prompts", "1", "--json", str(summary)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- prompt") == 1 and "speed-up" in out
+    data = json.loads(summary.read_text())
+    assert data["rule"] == f"{decode.DEFAULT_RULE}:delta={decode.DEFAULT_DELTA}"
+    assert data["prompts"] == 1 and data["speculative"]["tokens"] <= 4
+    assert data["verifier"] == (str(smollm.folder() / "verifier-hf") if present else pair.verifier)
+    # --delta alone sets the default rule's δ; an explicit --rule cactus still needs one.
+    assert cli.main([*argv, "--delta", "0.25", "--quiet"]) == 0
+    assert json.loads(summary.read_text())["rule"] == f"{decode.DEFAULT_RULE}:delta=0.25"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cactus_theory import block
+from cactus_theory.core import block
 
 rates = st.floats(0.0, 1.0)
 

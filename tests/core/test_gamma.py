@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cactus_theory import divergences, gamma
+from cactus_theory import divergences
+from cactus_theory.core import gamma
 
 DIVERGENCES = ("kl", "reverse-kl", "chi2", "hellinger", "tv", "js")
 # Subnormal masses (< 2.2e-308) are excluded: their products lose all precision.

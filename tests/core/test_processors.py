@@ -13,7 +13,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from cactus_theory import processors
+from cactus_theory.core import processors
 from cactus_theory.core.processors import SamplingSettings
 
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import budgets, pairs, pairs_with_token, positive_budgets
 
-from cactus_theory import divergences, law, rules, validate
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import validate
 
 DIVERGENCES = ("kl", "reverse-kl", "chi2", "hellinger", "tv", "js")
 

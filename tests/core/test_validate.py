@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cactus_theory import block, divergences, gamma, law, rules, validate
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import block, gamma, validate
 
 GOOD_TARGET = np.array([0.5, 0.3, 0.2])
 GOOD_DRAFT = np.array([0.2, 0.3, 0.5])

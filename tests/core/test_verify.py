@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import pairs
 
-from cactus_theory import block, law, rules
+from cactus_theory import law, rules
+from cactus_theory.core import block
 from cactus_theory.core.verify import inverse_cdf, verify_block
 
 SAMPLES = 100_000

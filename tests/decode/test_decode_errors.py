@@ -67,3 +67,19 @@ def test_mismatched_vocabularies_and_non_models(models):
         decode.speculative_generate(object(), other, ids(), rule="sps")
     with pytest.raises(ValueError, match="^input_ids"):
         decode.autoregressive_generate(verifier, None, ids() * 0 - 1)
+
+
+def test_the_baseline_takes_the_same_keywords_and_names_any_other(models):
+    """``autoregressive_generate`` reads the generation keywords as one settings object:
+    a bad value names its keyword as for ``speculative_generate``; an unknown keyword is
+    named too (a typo is never silently ignored)."""
+    verifier, _ = models
+    with pytest.raises(ValueError, match="^temperature: must be >= 0"):
+        decode.autoregressive_generate(verifier, None, ids(), temperature=-0.5)
+    with pytest.raises(ValueError, match="^max_new_token: not a generate keyword"):
+        decode.autoregressive_generate(verifier, None, ids(), max_new_token=3)
+    generator = torch.Generator().manual_seed(0)
+    result = decode.autoregressive_generate(
+        verifier, None, ids(), max_new_tokens=3, top_k=5, eos_token_id=[], generator=generator
+    )
+    assert result.num_generated.tolist() == [3, 3]

@@ -12,6 +12,7 @@ from report_fixtures import FAKE_CLAIMS, FAKE_REAL_MODEL, fake_claims, fake_real
 from cactus_theory.cli import dispatch as cli
 from paper_figs import report
 from paper_figs.data import Results
+from paper_figs.page import real_model_table
 from sims import sweep
 
 
@@ -127,7 +128,7 @@ def test_the_real_model_table_is_on_the_page(built):
     page = result.html.read_text()
     assert "Real model: the paper's table" in page and "cactus(δ=1.0)" in page
     assert "1.90x" in page and "0.0500" in page  # speed-up and KL/token of the fake row
-    unavailable = report.real_model_table({"unavailable": "ImportError: no torch"})
+    unavailable = real_model_table({"unavailable": "ImportError: no torch"})
     assert "Unavailable" in unavailable and "no torch" in unavailable
 
 

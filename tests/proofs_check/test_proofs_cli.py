@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cactus_theory import gamma
 from cactus_theory.cli import dispatch as cactus_cli
+from cactus_theory.core import gamma
 from cactus_theory.core.rules import frontier as frontier_module
-from proofs_check import checks_exact, checks_laws, claims, cli, report, runner
+from proofs_check import checks_budgets, checks_exact, claims, cli, report, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,6 +205,6 @@ def test_a_frontier_that_ignores_the_budget_is_caught(monkeypatch):
     monkeypatch.setattr(
         frontier_module, "frontier_target", lambda target, draft, delta: draft.copy()
     )
-    found = checks_laws.check_frontier_budget(claims.Context())["rows"][0]
+    found = checks_budgets.check_frontier_budget(claims.Context())["rows"][0]
     assert found["verdict"] == "fails"
     assert found["counterexample"]["kl_emitted"] > found["counterexample"]["delta"]

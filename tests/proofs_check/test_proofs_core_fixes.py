@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from cactus_theory import divergences, gamma, law, rules
+from cactus_theory import divergences, law, rules
+from cactus_theory.core import gamma
 
 
 def _symmetric_tail_acceptance(tiny: float, delta: float) -> float:

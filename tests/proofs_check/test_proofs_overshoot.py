@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
-from cactus_theory import divergences, gamma
+from cactus_theory import divergences
+from cactus_theory.core import gamma
 from proofs_check import overshoot
 
 masses = st.floats(min_value=1e-12, max_value=1 - 1e-12)

@@ -16,12 +16,14 @@ import torch
 from hypothesis import given, settings
 from strategies import pairs, positive_budgets
 
-from cactus_theory import divergences, gamma, rules, sampler, validate
-from cactus_theory import verify as reference
+from cactus_theory import divergences, rules, sampler
+from cactus_theory.core import gamma, validate
+from cactus_theory.core import verify as reference
 from cactus_theory.core.rules.frontier import frontier_constants
 from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler import gamma as torch_gamma
 from cactus_theory.sampler.rules import frontier as torch_frontier
+from cactus_theory.sampler.rules import frontier_binned, frontier_sorted
 
 RULE_SPECS = [
     "sps",
@@ -303,14 +305,15 @@ SEARCHES = ["dense-search", "bisection", "binned", "binned-fallback"]
 
 def use_search(monkeypatch, search):
     """Force the segment search: every position at once, or log2(V) bisection rounds, on
-    the whole sorted row; or the bracketing on binned ratios (``_solve_binned``) on rows
-    of any length, with its exact fallback taken on every row (no window is kept)."""
+    the whole sorted row; or the bracketing on binned ratios
+    (``frontier_binned.solve_binned``) on rows of any length, with its exact fallback taken
+    on every row (no window is kept)."""
     limit = 1 << 40 if search == "dense-search" else 0
-    monkeypatch.setattr(torch_frontier, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
+    monkeypatch.setattr(frontier_sorted, "DENSE_SEARCH_ELEMENTS", {DEVICE.type: limit})
     if search.startswith("binned"):
         monkeypatch.setattr(torch_frontier, "BINNED_MIN_VOCAB", 0)
     if search == "binned-fallback":
-        monkeypatch.setattr(torch_frontier, "BIN_MARGIN", 0)
+        monkeypatch.setattr(frontier_binned, "BIN_MARGIN", 0)
 
 
 @pytest.mark.parametrize("search", SEARCHES)
@@ -374,22 +377,22 @@ def long_rows(kind, rows, vocab, rng):
 @pytest.mark.parametrize("kind", ["dirichlet", "softmax", "peaked"])
 @pytest.mark.parametrize("delta", [0.02, 0.2, 1.0])
 def test_binned_frontier_constants_match_numpy_on_long_rows(kind, delta, bins, monkeypatch):
-    """Rows of V = 12,000 go through ``_solve_binned`` (no sort of the row), with the bin
-    widths of rows below or above ``FINE_START_VOCAB``: the same constants as the numpy
-    solver, and no row needs the exact fallback."""
+    """Rows of V = 12,000 go through ``frontier_binned.solve_binned`` (no sort of the row),
+    with the bin widths of rows below or above ``FINE_START_VOCAB``: the same constants as
+    the numpy solver, and no row needs the exact fallback."""
     if bins == "fine-bins":
-        monkeypatch.setattr(torch_frontier, "FINE_START_VOCAB", 0)
+        monkeypatch.setattr(frontier_binned, "FINE_START_VOCAB", 0)
     rng = np.random.default_rng(17)
     target, draft = long_rows(kind, 4, 12_000, rng)
     fallback_rows = []
-    original = torch_frontier._solve_caps
+    original = frontier_sorted.solve_caps
 
     def counting(target_rows, *args):
         if target_rows.shape[-1] == target.shape[-1]:
             fallback_rows.append(target_rows.shape[0])
         return original(target_rows, *args)
 
-    monkeypatch.setattr(torch_frontier, "_solve_caps", counting)
+    monkeypatch.setattr(frontier_sorted, "solve_caps", counting)
     lift, cap = frontier_constants(target, draft, delta)
     got_lift, got_cap = torch_frontier.frontier_constants(
         torch.tensor(target), torch.tensor(draft), delta

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cactus_theory import rules, sampler
-from cactus_theory import verify as reference
+from cactus_theory.core import verify as reference
 
 ALL_RULES = [
     "sps",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cactus_theory import processors
+from cactus_theory.core import processors
 from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.sampler.processors import process_logits
 

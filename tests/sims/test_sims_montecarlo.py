@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cactus_theory import block, law, rules
+from cactus_theory import law, rules
+from cactus_theory.core import block
 from sims import montecarlo, realtext, synthetic, tradeoff
 
 Z_LIMIT = 3.29  # two-sided 0.1%

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cactus_theory import processors
+from cactus_theory.core import processors
 from sims import realtext, rows
 
 

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import law, processors, rules
+from cactus_theory import law, rules
+from cactus_theory.core import processors
 from cactus_theory.core.processors import SamplingSettings
 from sims import rows
 

@@ -4,11 +4,11 @@ import csv
 
 import pytest
 
-from sims import sweep
+from sims import sweep, sweep_csv
 
 
 def _files(folder):
-    return {name: (folder / name).read_bytes() for name in sweep.OUTPUT_FILES}
+    return {name: (folder / name).read_bytes() for name in sweep_csv.OUTPUT_FILES}
 
 
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path):

@@ -12,13 +12,14 @@ Generalised speculative sampling with target h (q = target, p = draft, n = draft
   drafted ids; ``target_probs``/``draft_probs`` [B, k, V] are passed only to adapters with
   ``reads_rows`` (the others decide from q_n and p_n alone) and are None otherwise. The
   state holds per-position values the residual reuses (a tuple of [B, k] tensors, or None);
-- ``residual(target_row, draft_row, draft_id, state)`` with one row per batch row at its
-  first rejected position: rows [R, V], ids [R], the state taken there. It returns the
-  residual law [R, V] unnormalised (the inverse CDF scales by the row total). The fast
-  path splits it in two: ``residual_plan(draft_id, target_at, state)`` computes the small
-  per-row values once for the batch (parts [R]), and ``residual_rows(target_rows,
-  draft_rows, plan)`` makes the elementwise passes on a few rows at a time (on CPU one
-  row, read through views, so its temporaries stay in cache).
+- for the rows that reject, one row per batch row at its first rejected position, in two
+  parts: ``residual_plan(draft_id, target_at, state)`` computes the small per-row values
+  once for the batch (parts [R]), and ``residual_rows(target_rows, draft_rows, plan)``
+  returns the residual law [c, V] unnormalised (the inverse CDF scales by the row total),
+  making the elementwise passes on a few rows at a time (on CPU one row, read through
+  views, so its temporaries stay in cache). By default ``residual_rows`` calls
+  ``residual(target_row, draft_row, draft_id, state)`` with the plan unpacked (target and
+  decision rules define that); branch rules define ``residual_rows`` itself.
 
 ``targets(target_probs, draft_probs, draft_ids)`` gives h at every position, [B, k, V]: the
 dense reference path and the tests use it; the fast path never builds it.
@@ -159,14 +160,6 @@ class TorchBranchRule(TorchRule):
     def accept(self, target_probs, draft_probs, draft_ids, target_at, draft_at):
         raised = self.raised_mass(target_at)  # [B, k]
         return gsps_accept(torch.minimum(raised, draft_at), draft_at), (raised,)
-
-    def residual(self, target_row, draft_row, draft_id, state):
-        if state is None:
-            return gsps_residual(self.branch_targets(target_row, draft_id[:, None]), draft_row)
-        target_mass = target_row.gather(-1, draft_id[:, None])[:, 0]  # [R]
-        (raised,) = state
-        plan = (draft_id, raised, branch_scale(raised, target_mass))
-        return self.residual_rows(target_row, draft_row, plan)
 
     def residual_plan(self, draft_id, target_at, state):
         raised = self.raised_mass(target_at) if state is None else state[0]  # [R]

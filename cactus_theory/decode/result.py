@@ -1,0 +1,178 @@
+"""What a generate call returns (``DecodeResult``) and the per-row record it is built from
+(``Progress``: committed tokens, their KL and TV, which rows have finished), plus
+``StepLog``, the per-step accepted drafts and draft counts of every original row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from cactus_theory.decode.settings import Prepared
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class DecodeResult:
+    """What a generate call returns.
+
+    sequences: [B, P + T] the prompts (as given, left-padded) followed by the generated
+    tokens, finished rows padded with ``pad_token_id`` (T = the longest generation).
+    num_generated: [B] tokens generated per row (EOS included). accepted_lengths:
+    [steps, B] accepted drafts per verify step per row (−1 where the row was not active;
+    empty for the baseline); draft_counts: [steps, B] the drafts k_b each row verified.
+    token_kl, token_tv: [B, T] float64 KL(μ_t ‖ q_t) and TV(μ_t, q_t) of every generated
+    token (0 for bonus and plain tokens and past num_generated; None when the meter is
+    off); ``sequence_kl`` and ``sequence_tv`` are their per-row sums (``meter`` says what
+    they estimate). timing: seconds (``total``, ``prefill``, ``draft``, ``verify``,
+    ``sampler``, ``meter``) and counts (``verifier_calls``, ``draft_calls``).
+    eos_token_id, pad_token_id: the ids used (after the generation-config defaults).
+    """
+
+    sequences: Tensor
+    prompt_length: int
+    num_generated: Tensor
+    accepted_lengths: Tensor
+    draft_counts: Tensor
+    token_kl: Tensor | None = None
+    token_tv: Tensor | None = None
+    timing: dict = field(default_factory=dict)
+    eos_token_id: list[int] = field(default_factory=list)
+    pad_token_id: int = 0
+
+    @property
+    def new_tokens(self) -> list[list[int]]:
+        """The generated tokens of each row (without padding)."""
+        ends = self.num_generated.tolist()
+        rows = self.sequences[:, self.prompt_length :].tolist()
+        return [row[:end] for row, end in zip(rows, ends, strict=True)]
+
+    @property
+    def total_tokens(self) -> int:
+        return int(self.num_generated.sum())
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.total_tokens / max(self.timing.get("total", 0.0), 1e-12)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean accepted drafts per verify step (over active rows)."""
+        valid = self.accepted_lengths[self.accepted_lengths >= 0]
+        return float(valid.float().mean()) if valid.numel() else 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        """AL as in the paper: mean accepted drafts per verify step (bonus token excluded)."""
+        return self.mean_accepted
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Tokens emitted per verifier call: AL + 1 (the residual or bonus token)."""
+        return 1.0 + self.mean_accepted
+
+    @property
+    def sequence_kl(self) -> Tensor | None:
+        """[B] Σ_t KL(μ_t ‖ q_t) per row (nats)."""
+        return None if self.token_kl is None else self.token_kl.sum(dim=1)
+
+    @property
+    def sequence_tv(self) -> Tensor | None:
+        """[B] Σ_t TV(μ_t, q_t) per row."""
+        return None if self.token_tv is None else self.token_tv.sum(dim=1)
+
+    @property
+    def kl_per_token(self) -> float | None:
+        """Σ over rows of sequence_kl / Σ num_generated: nats per generated token."""
+        if self.token_kl is None:
+            return None
+        return float(self.token_kl.sum()) / max(self.total_tokens, 1)
+
+
+class Progress:
+    """Per original row: committed tokens, their KL and TV, and whether it has finished."""
+
+    def __init__(self, batch: int, max_new_tokens: int, eos: list[int], metered: bool) -> None:
+        self.generated: list[list[int]] = [[] for _ in range(batch)]
+        self.kl: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
+        self.tv: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
+        self.finished = [max_new_tokens == 0] * batch
+        self.max_new_tokens = max_new_tokens
+        self.eos = set(eos)
+
+    def remaining(self, row: int) -> int:
+        return self.max_new_tokens - len(self.generated[row])
+
+    def commit(self, row: int, tokens: list[int], kl: list[float], tv: list[float]) -> int:
+        """Append tokens left to right until EOS or the budget; returns how many were kept."""
+        kept = 0
+        for token in tokens:
+            if self.finished[row]:
+                break
+            self.generated[row].append(token)
+            if self.kl is not None:
+                self.kl[row].append(kl[kept])
+                self.tv[row].append(tv[kept])
+            kept += 1
+            if token in self.eos or self.remaining(row) == 0:
+                self.finished[row] = True
+        return kept
+
+    def result(
+        self, prepared: Prepared, accepted: Tensor, drafts: Tensor, timing: dict
+    ) -> DecodeResult:
+        """The ``DecodeResult`` of the committed tokens, with the step logs ``accepted`` and
+        ``drafts`` [steps, B]."""
+        longest = max((len(tokens) for tokens in self.generated), default=0)
+        rows = len(self.generated)
+
+        def padded(values: list[list], fill, dtype) -> Tensor:
+            table = [row + [fill] * (longest - len(row)) for row in values]
+            return torch.tensor(table, dtype=dtype).reshape(rows, longest)
+
+        new = padded(self.generated, prepared.pad_id, torch.int64)  # [B, T]
+        return DecodeResult(
+            sequences=torch.cat([prepared.input_ids.cpu(), new], dim=1),
+            prompt_length=prepared.input_ids.shape[1],
+            num_generated=torch.tensor([len(tokens) for tokens in self.generated]),
+            accepted_lengths=accepted,
+            draft_counts=drafts,
+            token_kl=None if self.kl is None else padded(self.kl, 0.0, torch.float64),
+            token_tv=None if self.tv is None else padded(self.tv, 0.0, torch.float64),
+            timing=timing,
+            eos_token_id=sorted(self.eos),
+            pad_token_id=prepared.pad_id,
+        )
+
+
+class StepLog:
+    """Per verify step, each original row's accepted drafts and drafts k_b (−1 for rows no
+    longer decoding): ``DecodeResult.accepted_lengths`` and ``draft_counts`` [steps, B]."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.accepted: list[Tensor] = []  # per step, [B]
+        self.drafts: list[Tensor] = []  # per step, [B]
+
+    def record(self, rows: Tensor, accepted: Tensor, num_drafts: Tensor) -> None:
+        """One step of the active rows (original indices ``rows`` [A]; values [A])."""
+        self.accepted.append(self._placed(rows, accepted))
+        self.drafts.append(self._placed(rows, num_drafts))
+
+    @property
+    def verifier_calls(self) -> int:
+        return len(self.accepted)
+
+    def _placed(self, rows: Tensor, values: Tensor) -> Tensor:
+        placed = torch.full((self.batch,), -1, dtype=torch.int64)
+        placed[rows.cpu()] = values.cpu()
+        return placed
+
+    def stacked(self) -> tuple[Tensor, Tensor]:
+        """(accepted [steps, B], drafts [steps, B]); [0, B] when no step ran."""
+        if not self.accepted:
+            empty = torch.zeros(0, self.batch, dtype=torch.int64)
+            return empty, empty
+        return torch.stack(self.accepted), torch.stack(self.drafts)
