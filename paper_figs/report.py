@@ -253,6 +253,12 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
     return Report(path, drawn, claims, timings, summary)
 
 
+def dataset_tables(real_model: dict | None) -> dict:
+    from sims.real_model import dataset_tables as tables
+
+    return tables(real_model)
+
+
 def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
     from sims import real_model
 
@@ -280,6 +286,8 @@ def _has_data(make, results: Results) -> bool:
         figures.figure_gamma: results.gamma,
         figures.figure_example: results.example,
         figures.figure_sequence_kl: [r for r in results.sequence_kl if r["group"] == "matched"],
-        figures.figure_real_model: (results.real_model or {}).get("rows"),
+        figures.figure_real_model: any(
+            table.get("rows") for table in dataset_tables(results.real_model).values()
+        ),
     }
     return bool(needs.get(make, True))

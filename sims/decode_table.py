@@ -50,7 +50,7 @@ PAPER_RULES = (
     "cactus-exact:delta=1.0",
     "frontier:delta=1.0",
 )
-PAPER_KS = (3, 5, 10)
+PAPER_KS = (3, 5)
 #: The code a cell's numbers depend on.
 CODE = provenance.source_fingerprint(
     "cactus_theory/core", "cactus_theory/sampler", "cactus_theory/decode", "sims/decode_table.py"

@@ -56,7 +56,7 @@ class DistillSettings:
     draft_vocab: int | None = 8192  # |S| of the reduced head; None: the full vocabulary
     epochs: int = 1
     batch_sequences: int = 8
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     warmup_steps: int = 20
     feature_weight: float = 0.1
     input_noise: float = 0.2  # uniform noise on input features, in units of their std

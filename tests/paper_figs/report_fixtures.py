@@ -47,7 +47,7 @@ def fake_claims(folder, *, quick, seed, progress):
     return FAKE_CLAIMS
 
 
-FAKE_REAL_MODEL = {
+FAKE_TABLE = {
     "pair": "fake",
     "verifier": "verifier-folder",
     "draft": "draft-folder",
@@ -104,6 +104,9 @@ FAKE_REAL_MODEL = {
         },
     ],
 }
+
+
+FAKE_REAL_MODEL = {"datasets": {"mt-bench": FAKE_TABLE}}
 
 
 def fake_real_model(folder, *, quick, progress):

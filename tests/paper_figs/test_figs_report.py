@@ -119,7 +119,7 @@ def test_figure_numbers(built):
             row["acceptance_length"],
             row["speedup"],
         )
-        for row in FAKE_REAL_MODEL["rows"][1:]
+        for row in FAKE_REAL_MODEL["datasets"]["mt-bench"]["rows"][1:]
     }
 
 
@@ -127,6 +127,7 @@ def test_the_real_model_table_is_on_the_page(built):
     _, result = built
     page = result.html.read_text()
     assert "Real model: the paper's table" in page and "cactus(δ=1.0)" in page
+    assert "MT-Bench (first turns)" in page
     assert "1.90x" in page and "0.0500" in page  # speed-up and KL/token of the fake row
     unavailable = real_model_table({"unavailable": "ImportError: no torch"})
     assert "Unavailable" in unavailable and "no torch" in unavailable
