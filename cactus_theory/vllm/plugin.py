@@ -10,7 +10,11 @@ called by ``engine.cactus_llm`` in the caller's process) puts in place, once:
 - ``GPUModelRunner._sample`` wrapped so that the accept step knows each row's rule from
   the request's ``SamplingParams.extra_args`` (``config``);
 - the probed CPU fix of ``expand_batch_to_tokens`` (``cpu_fix``);
-- Model Runner V2's ``rejection_sample`` -> ``runner_v2.rejection_sample`` (CUDA builds).
+- Model Runner V2's ``rejection_sample`` -> ``runner_v2.rejection_sample`` (CUDA builds);
+- ``InputProcessor._validate_params`` (where vLLM checks a request's sampling parameters,
+  in the caller or the API server process) also checks the request's rule spec
+  (``config.check_request_spec``): a bad spec is vLLM's ``VLLMValidationError`` naming
+  ``vllm_xargs.cactus_rule`` (HTTP 400) and never reaches the engine.
 """
 
 from __future__ import annotations
@@ -90,9 +94,42 @@ def _patch_runner() -> None:
     GPUModelRunner._sample = _sample
 
 
+def check_params(vllm_config: Any, params: Any) -> None:
+    """``config.check_request_spec`` on ``params.extra_args`` (if any) with the engine's
+    ``draft_sample_method``."""
+    speculative = getattr(vllm_config, "speculative_config", None)
+    method = None if speculative is None else getattr(speculative, "draft_sample_method", None)
+    config.check_request_spec(getattr(params, "extra_args", None), method)
+
+
+def _patch_input_check() -> None:
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    original = InputProcessor._validate_params
+    if getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _validate_params(self, params, *args: Any, **kwargs: Any):
+        result = original(self, params, *args, **kwargs)
+        try:
+            check_params(self.vllm_config, params)
+        except ValueError as error:
+            value = (getattr(params, "extra_args", None) or {}).get(config.RULE_KEY)
+            raise VLLMValidationError(
+                str(error), parameter=config.REQUEST_FIELD, value=value
+            ) from None
+        return result
+
+    setattr(_validate_params, MARK, True)
+    InputProcessor._validate_params = _validate_params
+
+
 def install() -> None:
     """Install every patch (idempotent)."""
     _patch_accept()
     _patch_runner()
+    _patch_input_check()
     cpu_fix.install()
     runner_v2.install()
