@@ -311,3 +311,131 @@ class CactusMiddleware:
                 found = None
             temperature = 1.0 if found is None else float(found)
         return header_rule(parsed, default, temperature)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A server started from ``command`` (``server_command``) in its own process group,
+    stopped with SIGTERM (then SIGKILL after ``stop_timeout_s``) on exit.
+
+    >>> with ServerProcess(command, env, "server.log", "http://127.0.0.1:8000") as server:
+    ...     status, headers, body = server.post("/v1/completions", {...})
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log_path: str,
+        url: str,
+        start_timeout_s: float = 600.0,
+        stop_timeout_s: float = 60.0,
+    ) -> None:
+        self.command, self.env, self.log_path, self.url = list(command), dict(env), log_path, url
+        self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.process: Any = None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            with open(self.log_path, errors="replace") as log:
+                return log.read()[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> ServerProcess:
+        import subprocess
+        import time
+
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    raise ValueError(
+                        f"server: exited with status {self.process.returncode} before it was "
+                        f"ready; log {self.log_path}:\n{self.log_tail()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ValueError(
+                        f"server: not ready after {self.start_timeout_s:.0f} s; log "
+                        f"{self.log_path}:\n{self.log_tail()}"
+                    )
+                try:
+                    if self.get("/health")[0] == 200:
+                        return self
+                except OSError:
+                    pass
+                time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM to the process group; SIGKILL what is left after ``stop_timeout_s``."""
+        import signal
+        import subprocess
+
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+
+    def post(self, path: str, body: Any, timeout: float = 600.0) -> tuple[int, dict, Any]:
+        """(status, headers, parsed JSON) of a JSON POST to ``path``."""
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, dict(response.headers), json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), json.loads(error.read() or b"null")
+
+    def get(self, path: str, timeout: float = 60.0) -> tuple[int, str]:
+        """(status, text) of a GET of ``path``."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            return response.status, response.read().decode()
+
+    def rule_counters(self) -> dict[str, dict[str, float]]:
+        """{spec: {steps, drafts, accepted, tokens, kl_sum}} from ``/metrics``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        keys = {f"cactus:spec_decode_{name}_total": key for name, key, _ in COLLECTOR.COUNTERS}
+        found: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(self.get("/metrics")[1]):
+            for sample in family.samples:
+                if sample.name in keys:
+                    rule = sample.labels["rule"]
+                    found.setdefault(rule, {})[keys[sample.name]] = sample.value
+        return found

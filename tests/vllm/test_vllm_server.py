@@ -198,7 +198,7 @@ def test_the_request_rule_changes_the_accepted_length_in_metrics(server):
     server.reset()
     before = server.scrape()
     rules = ("sps", "cactus:delta=0.0", "cactus:delta=1.0")
-    jobs = [(rule, i) for i in range(12) for rule in rules]
+    jobs = [(rule, i) for i in range(16) for rule in rules]
 
     def one(job):
         rule, i = job
@@ -224,7 +224,7 @@ def test_the_request_rule_changes_the_accepted_length_in_metrics(server):
         assert exported("accepted_length", rule) == summary["accepted_length"]
         assert exported("acceptance_rate", rule) == summary["acceptance_rate"]
         assert exported("kl_per_token", rule) == summary["kl_per_token"]
-        assert summary["steps"] > 150
+        assert summary["steps"] > 120, (rule, summary)
     # ... and they add up to vLLM's own spec-decode counters over the same requests.
     for ours, theirs in (("drafts", "draft_tokens"), ("accepted", "accepted_tokens")):
         name = f"vllm:spec_decode_num_{theirs}_total"
@@ -233,6 +233,7 @@ def test_the_request_rule_changes_the_accepted_length_in_metrics(server):
         )
     lengths = {rule: exported("accepted_length", rule) for rule in rules}
     # cactus δ = 1 raises AL; δ = 0 (the negative control: SpS's acceptance) does not.
+    print("AL per rule via /metrics:", lengths)
     assert lengths["cactus:delta=1.0"] > lengths["sps"] + 0.5
     assert abs(lengths["cactus:delta=0.0"] - lengths["sps"]) < 0.3
     assert exported("kl_per_token", "sps") == 0.0
