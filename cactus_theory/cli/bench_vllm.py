@@ -9,6 +9,13 @@ the exact KL per token of the emitted law (the divergence meter, measured inside
 engine; 0 for SpS, not measured for vLLM's own sampler, which is lossless). The meter's
 cost is inside tokens/s; ``--no-meter`` measures speed without it (no KL column then).
 
+``--server`` measures the same through HTTP: it starts vLLM's OpenAI server as ``cactus
+serve`` does (127.0.0.1, a free port; engine rule sps) and, per round and rule, sends the
+prompts (as token ids, the rule in ``vllm_xargs``) from ``--concurrency`` client threads
+(default: one per prompt); tokens/s is the round's completion tokens over its wall time,
+AL and KL come from the change of the rule's ``cactus:spec_decode_*`` counters in
+``/metrics``. It needs a pair with a tokenizer (not ``--tiny``).
+
 Pairs: --verifier/--draft; else the project's default pair (``cactus train-pair``'s small
 Llama pair trained on standard-library text, trained on first use and cached; its held-out
 prompts, tokenized here); or --tiny, a tiny random pair (2-layer Llama, vocabulary 512,
