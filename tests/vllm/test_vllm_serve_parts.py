@@ -49,7 +49,8 @@ def test_the_input_processor_checks_the_engines_draft_method():
         bad = SamplingParams(extra_args={"cactus_rule": "cactus:delta=-2"})
         plugin.check_params(VllmConfig(), bad)
     with pytest.raises(ValueError, match="one-hot"):
-        plugin.check_params(VllmConfig(), SamplingParams(extra_args={"cactus_rule": "cactus:delta=1"}))
+        one_hot = SamplingParams(extra_args={"cactus_rule": "cactus:delta=1"})
+        plugin.check_params(VllmConfig(), one_hot)
     plugin.check_params(VllmConfig(), SamplingParams(extra_args={"cactus_rule": "sps"}))
     plugin.check_params(VllmConfig(), SamplingParams())
 
