@@ -3,9 +3,11 @@ loopback HTTP. One server (module scope, about 2 minutes to start on 2 shared co
 every test here; the last test stops it with SIGTERM.
 
 The server's engine rule is cactus δ = 1; requests choose theirs with
-``vllm_xargs.cactus_rule``. Statistical assertions: per rule about 200 verify steps of
-k = 3 drafts, seeded requests (so the numbers are fixed for a given build and machine),
-thresholds several standard errors (about 0.08 for an AL here) from the observed values.
+``vllm_xargs.cactus_rule``. Statistical assertions: per rule 16 seeded requests x 48
+tokens, about 190 (cactus δ = 1) to 240 (sps) verify steps of k = 3 drafts, batched as the
+scheduler admits them (so not bit-reproducible); an AL then has a standard error of about
+0.07, and each threshold is 4 or more standard errors from the values measured here
+(sps 2.32, cactus δ = 0 2.34, cactus δ = 1 3.00).
 """
 
 import json
@@ -234,8 +236,8 @@ def test_the_request_rule_changes_the_accepted_length_in_metrics(server):
     lengths = {rule: exported("accepted_length", rule) for rule in rules}
     # cactus δ = 1 raises AL; δ = 0 (the negative control: SpS's acceptance) does not.
     print("AL per rule via /metrics:", lengths)
-    assert lengths["cactus:delta=1.0"] > lengths["sps"] + 0.5
-    assert abs(lengths["cactus:delta=0.0"] - lengths["sps"]) < 0.3
+    assert lengths["cactus:delta=1.0"] > lengths["sps"] + 0.4
+    assert abs(lengths["cactus:delta=0.0"] - lengths["sps"]) < 0.4
     assert exported("kl_per_token", "sps") == 0.0
     assert exported("kl_per_token", "cactus:delta=1.0") > 0.0
 
