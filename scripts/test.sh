@@ -14,8 +14,11 @@
 #    installed pins);
 # 3. runs tests/vllm (and tests/test_layering.py) there, one torch thread.
 #
-# Measured on a 2-core machine: steps 2-3 on a fresh machine 6 min 57 s (install 3 min
-# 18 s, tests 3 min 30 s, compiling what they import); reused venv 1 min 48 s.
+# Measured on a 2-core machine (shared): with the venv reused, steps 2-3 take 5 min 17 s
+# (64 tests in tests/vllm; the HTTP server module, the TP = 2 module and the multiprocess
+# test start real servers and engines and take most of it). The install on a fresh
+# machine took 3 min 18 s (measured before the server tests were added; the tests then
+# took 3 min 30 s, compiling what they import, so expect about 9 minutes in all now).
 #
 # Environment: PYTHON (default python) creates the venv; CACTUS_VLLM_VENV moves it;
 # CACTUS_SKIP_VLLM=1 skips steps 2-3 (for a machine that cannot install vLLM) and

@@ -9,6 +9,13 @@ the exact KL per token of the emitted law (the divergence meter, measured inside
 engine; 0 for SpS, not measured for vLLM's own sampler, which is lossless). The meter's
 cost is inside tokens/s; ``--no-meter`` measures speed without it (no KL column then).
 
+``--server`` measures the same through HTTP: it starts vLLM's OpenAI server as ``cactus
+serve`` does (127.0.0.1, a free port; engine rule sps) and, per round and rule, sends the
+prompts (as token ids, the rule in ``vllm_xargs``) from ``--concurrency`` client threads
+(default: one per prompt); tokens/s is the round's completion tokens over its wall time,
+AL and KL come from the change of the rule's ``cactus:spec_decode_*`` counters in
+``/metrics``. It needs a pair with a tokenizer (not ``--tiny``).
+
 Pairs: --verifier/--draft; else the project's default pair (``cactus train-pair``'s small
 Llama pair trained on standard-library text, trained on first use and cached; its held-out
 prompts, tokenized here); or --tiny, a tiny random pair (2-layer Llama, vocabulary 512,
@@ -65,6 +72,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the in-engine KL meter (its cost is part of tokens/s otherwise)",
     )
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="measure through HTTP: start vLLM's OpenAI server (as cactus serve does) on "
+        "127.0.0.1 and send each round's requests from concurrent clients",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="with --server: concurrent clients (default: --num-prompts)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
 
 
@@ -80,6 +99,10 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("temperature: must be > 0 (temperature 0 keeps vLLM's greedy path)")
     if args.json:
         check_writable("json", args.json)
+    if args.concurrency is not None and (not args.server or args.concurrency < 1):
+        raise ValueError("concurrency: needs --server and must be at least 1")
+    if args.server and args.tiny:
+        raise ValueError("tiny: --server needs a pair with a tokenizer (the tiny pair has none)")
 
 
 def table_lines(rows: list[dict]) -> list[str]:
@@ -137,28 +160,42 @@ def run(args: argparse.Namespace, default_pair=None) -> int:
             )
         print(f"cactus bench vllm: pair {pair_name}, k={args.k}, T={args.temperature}", flush=True)
         prompt_ids = prompt_token_ids(verifier, prompts_file, args)
-        llm = engine.cactus_llm(
-            verifier,
-            draft,
-            rule="sps",
-            k=args.k,
-            dtype=args.dtype,
-            max_model_len=args.max_model_len,
-            enforce_eager=True,
-            seed=args.seed,
-            tensor_parallel_size=args.tensor_parallel_size,
-            skip_tokenizer_init=True,
-            meter=not args.no_meter,
-        )
-        rows = measure(llm, specs, prompt_ids, args, engine, metrics)
+        if args.server:
+            rows = measure_server(verifier, draft, specs, prompt_ids, args, scratch)
+        else:
+            rows = measure_engine(verifier, draft, specs, prompt_ids, args, engine, metrics)
     for line in table_lines(rows):
         print(line)
     if args.json:
         atomic_write_json(
             args.json,
-            {"pair": pair_name, "k": args.k, "temperature": args.temperature, "rows": rows},
+            {
+                "pair": pair_name,
+                "k": args.k,
+                "temperature": args.temperature,
+                "through": "http" if args.server else "vllm.LLM",
+                "rows": rows,
+            },
         )
     return 0
+
+
+def measure_engine(verifier, draft, specs, prompt_ids, args, engine, metrics) -> list[dict]:
+    """The rows measured in one in-process ``vllm.LLM`` engine."""
+    llm = engine.cactus_llm(
+        verifier,
+        draft,
+        rule="sps",
+        k=args.k,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        enforce_eager=True,
+        seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
+        skip_tokenizer_init=True,
+        meter=not args.no_meter,
+    )
+    return measure(llm, specs, prompt_ids, args, engine, metrics)
 
 
 def prompt_token_ids(verifier: str, prompts_file: str | None, args: argparse.Namespace):
@@ -232,6 +269,93 @@ def measure(
                 "speedup": best[spec] / best["vllm"],
                 "kl_per_token": total["kl_sum"] / total["tokens"] if total["kl_measured"] else None,
                 "steps": total["steps"],
+            }
+        )
+    return rows
+
+
+def measure_server(verifier, draft, specs, prompt_ids, args, scratch: str) -> list[dict]:
+    """The rows measured through vLLM's OpenAI server (``serve.server_command``, as
+    ``cactus serve`` runs it): per round and spec, ``--num-prompts`` completion requests
+    (token-id prompts, the rule in ``vllm_xargs``) from ``--concurrency`` client threads;
+    tokens/s is the round's completion tokens over its wall time (best round), AL and KL
+    the change of the spec's ``cactus:spec_decode_*`` counters in ``/metrics``."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cactus_theory.vllm import serve
+
+    concurrency = args.concurrency or args.num_prompts
+    port = serve.free_port()
+    options = ["--host", "127.0.0.1", "--port", str(port), "--dtype", args.dtype]
+    options += ["--max-model-len", str(args.max_model_len), "--enforce-eager"]
+    options += ["--seed", str(args.seed), "--max-num-seqs", str(concurrency)]
+    options += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
+    options += ["--shutdown-timeout", "10", "--disable-uvicorn-access-log"]
+    command = serve.server_command(
+        verifier,
+        draft,
+        rule="sps",
+        k=args.k,
+        meter=not args.no_meter,
+        vllm_args=options,
+        python=sys.executable,
+    )
+    log_path = os.path.join(scratch, "server.log")
+    url = f"http://127.0.0.1:{port}"
+    print(f"cactus bench vllm: starting the server on {url} (log {log_path})", flush=True)
+    best: dict[str, float] = {}
+    totals: dict[str, dict[str, float]] = {}
+    fields = ("steps", "drafts", "accepted", "tokens", "kl_sum")
+    with serve.ServerProcess(command, serve.server_env("sps"), log_path, url) as server:
+
+        def one(job: tuple[str, list[int]]) -> int:
+            spec, ids = job
+            body = {
+                "model": verifier,
+                "prompt": ids,
+                "max_tokens": args.max_new_tokens,
+                "temperature": args.temperature,
+                "top_p": args.top_p,
+                "ignore_eos": True,
+                "vllm_xargs": {"cactus_rule": spec},
+            }
+            if args.top_k > 0:
+                body["top_k"] = args.top_k
+            status, _, answer = server.post("/v1/completions", body)
+            if status != 200:
+                raise ValueError(f"server: HTTP {status} for rule {spec!r}: {answer}")
+            return int(answer["usage"]["completion_tokens"])
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            for _ in range(args.repeats):
+                for spec in specs:
+                    before = server.rule_counters().get(spec, {})
+                    start = time.perf_counter()
+                    tokens = sum(pool.map(one, [(spec, ids) for ids in prompt_ids]))
+                    seconds = time.perf_counter() - start
+                    after = server.rule_counters().get(spec, {})
+                    best[spec] = max(best.get(spec, 0.0), tokens / seconds)
+                    merged = totals.setdefault(spec, dict.fromkeys(fields, 0.0))
+                    for key in fields:
+                        merged[key] += after.get(key, 0.0) - before.get(key, 0.0)
+                    merged["kl_measured"] = "kl_sum" in after
+    rows = []
+    for spec in specs:
+        total = totals[spec]
+        if total["steps"] <= 0:
+            raise ValueError(f"rule: no verify step was recorded for {spec!r}")
+        measured = total["kl_measured"] and spec != "vllm" and not args.no_meter
+        rows.append(
+            {
+                "rule": spec,
+                "accepted_length": total["accepted"] / total["steps"],
+                "tokens_per_step": (total["accepted"] + total["steps"]) / total["steps"],
+                "acceptance_rate": total["accepted"] / max(total["drafts"], 1),
+                "tokens_per_second": best[spec],
+                "speedup": best[spec] / best["vllm"],
+                "kl_per_token": total["kl_sum"] / total["tokens"] if measured else None,
+                "steps": int(total["steps"]),
             }
         )
     return rows

@@ -50,6 +50,10 @@ COMMANDS: dict[str, Command | Group] = {
         "Speculative decoding with a rule on Hugging Face causal LMs.",
         needs_pair=True,
     ),
+    "serve": Command(
+        "cactus_theory.cli.serve",
+        "vLLM's OpenAI-compatible server with a rule as its accept step (vLLM's environment).",
+    ),
     "train-pair": Command(
         "sims.train_pair",
         "Train the small verifier and draft models on standard-library text (cached).",

@@ -11,9 +11,9 @@ int32 token ids: the accepted drafts, the emitted token, then ``PLACEHOLDER`` (-
 sampler ``sampler.verify_step.verify`` with ``num_drafts`` (no second implementation of the
 mathematics). The bonus token is placed by putting a one-hot row of it at position
 num_drafts[b] of the target block, so ``verify`` emits exactly vLLM's bonus when every draft
-is accepted. ``rejection_sample`` is the drop-in for vLLM's module-level function: it routes
-each row to its rule (``config``), keeps vLLM's own path for greedy rows and rows whose rule
-is ``"vllm"``, and records the metrics (``metrics``).
+is accepted. ``rejection_sample`` is the drop-in for vLLM's module-level function: the row
+router shared with Model Runner V2 (``router``) sends each row to its rule, keeps vLLM's own
+path for greedy rows and rows whose rule is ``"vllm"``, and records the metrics.
 
 Placeholders: a draft id outside [0, V) (vLLM pads with -1) ends the row's drafts there; the
 token at that position is then sampled from the target row (nothing was drafted), so no id
@@ -33,7 +33,7 @@ from cactus_theory.core.rules.sps import SpS
 from cactus_theory.sampler.divergence_meter import positions_below
 from cactus_theory.sampler.law import emitted_divergence
 from cactus_theory.sampler.verify_step import verify
-from cactus_theory.vllm import config, metrics
+from cactus_theory.vllm import config, router
 
 Tensor = torch.Tensor
 
@@ -266,7 +266,7 @@ def rejection_sample(
     *args: Any,
     **kwargs: Any,
 ) -> Tensor:
-    """vLLM V1's ``rejection_sample`` with each row verified by its rule (``config``).
+    """vLLM V1's ``rejection_sample`` with each row verified by its rule (``router``).
 
     ``original`` is vLLM's own function (called for greedy rows and rows whose rule is
     ``"vllm"``; called alone when no row has a rule). The rest are vLLM's arguments, in its
@@ -274,12 +274,9 @@ def rejection_sample(
     """
     batch = len(num_draft_tokens)
     device = target_logits.device
-    specs = config.current_specs(batch)
     greedy = greedy_rows(sampling_metadata, batch, device).tolist()
-    specs = [None if is_greedy else spec for spec, is_greedy in zip(specs, greedy, strict=True)]
-    ours = [b for b, spec in enumerate(specs) if spec is not None]
-    record = metrics.recorder()
-    if len(ours) < batch:
+    routing = router.route(greedy, num_draft_tokens)
+    if routing.theirs:
         output = original(
             draft_token_ids,
             num_draft_tokens,
@@ -292,16 +289,10 @@ def rejection_sample(
             *args,
             **kwargs,
         )
-        theirs = [b for b in range(batch) if specs[b] is None and num_draft_tokens[b] > 0]
-        if theirs:
-            emitted = (output[theirs] != PLACEHOLDER).sum(dim=1)  # [R]
-            record.add(
-                "vllm-greedy" if all(greedy[b] for b in theirs) else config.VLLM_SPEC,
-                drafts=[num_draft_tokens[b] for b in theirs],
-                accepted=(emitted - 1).tolist(),
-                kl=None,
-            )
-        if not ours:
+        router.record_vllm_rows(
+            routing, lambda rows: ((output[rows] != PLACEHOLDER).sum(dim=1) - 1).tolist()
+        )
+        if not routing.ours:
             return output
     else:
         output = torch.full(
@@ -311,13 +302,13 @@ def rejection_sample(
     lengths = torch.tensor(num_draft_tokens, dtype=torch.int64)  # [B] (CPU)
     starts = (torch.cumsum(lengths, 0) - lengths).tolist()
     meter = config.current_meter()
-    for spec in sorted({specs[b] for b in ours}):
-        group = [b for b in ours if specs[b] == spec]
+
+    def verify_group(rule: Rule, group: list[int]) -> FlatResult:
         flat = torch.cat(
             [torch.arange(starts[b], starts[b] + num_draft_tokens[b]) for b in group]
         ).to(device)  # [Ng]
         result = accept_flat(
-            config.parse_spec(spec),
+            rule,
             draft_token_ids[flat],
             [num_draft_tokens[b] for b in group],
             target_probs[flat],
@@ -329,12 +320,7 @@ def rejection_sample(
             meter=meter,
         )
         output[group] = result.token_ids
-        drafted = [i for i, b in enumerate(group) if num_draft_tokens[b] > 0]
-        if drafted:
-            record.add(
-                spec,
-                drafts=result.num_drafts[drafted].tolist(),
-                accepted=result.num_accepted[drafted].tolist(),
-                kl=result.kl[drafted].tolist() if meter else None,
-            )
+        return result
+
+    router.verify_groups(routing, verify_group, meter)
     return output

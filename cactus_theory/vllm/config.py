@@ -33,6 +33,9 @@ ENV_METER = "CACTUS_VLLM_METER"
 RULE_KEY = "cactus_rule"
 #: The spec that selects vLLM's own rejection sampler for a row.
 VLLM_SPEC = "vllm"
+#: The request field of a per-request spec in vLLM's HTTP API (``SamplingParams.extra_args``
+#: is filled from the request's ``vllm_xargs``).
+REQUEST_FIELD = "vllm_xargs.cactus_rule"
 
 
 @functools.lru_cache(maxsize=256)
@@ -43,6 +46,27 @@ def parse_spec(spec: str) -> Rule | None:
     if spec.strip() == VLLM_SPEC:
         return None
     return rules.parse(spec)
+
+
+def check_request_spec(extra_args: dict | None, draft_sample_method: str | None) -> None:
+    """Check a request's spec (``extra_args["cactus_rule"]``, if any) before it reaches the
+    engine: ValueError naming ``REQUEST_FIELD`` for a bad spec, or for a rule that reads the
+    draft's row when the drafts are one-hot (``draft_sample_method`` other than
+    "probabilistic"; None: no speculation, nothing to check there)."""
+    if not isinstance(extra_args, dict) or RULE_KEY not in extra_args:
+        return
+    spec = extra_args[RULE_KEY]
+    try:
+        rule = parse_spec(spec)
+    except ValueError as error:
+        raise ValueError(f"{REQUEST_FIELD}: {error}") from None
+    if rule is None or draft_sample_method in (None, "probabilistic"):
+        return
+    if needs_draft_probs(rule):
+        raise ValueError(
+            f"{REQUEST_FIELD}: rule {spec!r} needs the draft's probabilities, but this server "
+            f"drafts with draft_sample_method={draft_sample_method!r} (one-hot drafts)"
+        )
 
 
 def needs_draft_probs(rule: Rule) -> bool:

@@ -136,7 +136,15 @@ def read(llm: Any) -> dict[str, dict[str, Any]]:
     the last pipeline stage samples), so the first worker that recorded anything speaks for
     the engine.
     """
-    snapshots = llm.collective_rpc("cactus_metrics" if _has_extension(llm) else worker_snapshot)
+    return first_snapshot(
+        llm.collective_rpc("cactus_metrics" if _has_extension(llm) else worker_snapshot)
+    )
+
+
+def first_snapshot(snapshots: list[dict[str, dict[str, Any]] | None]) -> dict[str, dict]:
+    """The engine's {spec: summary} from one snapshot per worker: the first that recorded
+    anything (every worker runs the accept step on the same rows under tensor
+    parallelism), else {}. ``read`` and the server's ``/metrics`` both answer this way."""
     for snapshot in snapshots:
         if snapshot:
             return snapshot

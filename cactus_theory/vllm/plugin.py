@@ -10,12 +10,26 @@ called by ``engine.cactus_llm`` in the caller's process) puts in place, once:
 - ``GPUModelRunner._sample`` wrapped so that the accept step knows each row's rule from
   the request's ``SamplingParams.extra_args`` (``config``);
 - the probed CPU fix of ``expand_batch_to_tokens`` (``cpu_fix``);
-- Model Runner V2's ``rejection_sample`` -> ``runner_v2.rejection_sample`` (CUDA builds).
+- Model Runner V2's ``rejection_sample`` -> ``runner_v2.rejection_sample`` (CUDA builds);
+- ``InputProcessor._validate_params`` (where vLLM checks a request's sampling parameters,
+  in the caller or the API server process) also checks the request's rule spec
+  (``config.check_request_spec``): a bad spec is vLLM's ``VLLMValidationError`` naming
+  ``vllm_xargs.cactus_rule`` (HTTP 400) and never reaches the engine;
+- ``MultiprocExecutor.shutdown`` (in EngineCore) also unlinks the shared-memory ring
+  buffers of its message queues once its workers are gone: when a signal reaches the
+  worker processes too (Ctrl-C, a signal to the process group), a worker exits without
+  unlinking the buffer it created, and the resource tracker warns of leaked shared memory;
+  SIGTERM and SIGINT are ignored while it runs, so that the second signal vLLM's process
+  manager sends does not cut the teardown short.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from cactus_theory.vllm import accept, config, cpu_fix, runner_v2
@@ -90,9 +104,108 @@ def _patch_runner() -> None:
     GPUModelRunner._sample = _sample
 
 
+def check_params(vllm_config: Any, params: Any) -> None:
+    """``config.check_request_spec`` on ``params.extra_args`` (if any) with the engine's
+    ``draft_sample_method``."""
+    speculative = getattr(vllm_config, "speculative_config", None)
+    method = None if speculative is None else getattr(speculative, "draft_sample_method", None)
+    config.check_request_spec(getattr(params, "extra_args", None), method)
+
+
+def _patch_input_check() -> None:
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    original = InputProcessor._validate_params
+    if getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _validate_params(self, params, *args: Any, **kwargs: Any):
+        result = original(self, params, *args, **kwargs)
+        try:
+            check_params(self.vllm_config, params)
+        except ValueError as error:
+            value = (getattr(params, "extra_args", None) or {}).get(config.RULE_KEY)
+            raise VLLMValidationError(
+                str(error), parameter=config.REQUEST_FIELD, value=value
+            ) from None
+        return result
+
+    setattr(_validate_params, MARK, True)
+    InputProcessor._validate_params = _validate_params
+
+
+def shm_buffers(executor: Any) -> list[Any]:
+    """The shared-memory ring buffers of a ``MultiprocExecutor``'s message queues."""
+    queues = [getattr(executor, "rpc_broadcast_mq", None)]
+    queues += [getattr(w, "worker_response_mq", None) for w in getattr(executor, "workers", [])]
+    queues += list(getattr(executor, "response_mqs", None) or [])
+    found: dict[int, Any] = {}
+    for queue in queues:
+        buffer = getattr(queue, "buffer", None)
+        if getattr(buffer, "shared_memory", None) is not None:
+            found[id(buffer)] = buffer
+    return list(found.values())
+
+
+def unlink_buffers(buffers: list[Any]) -> None:
+    """Unlink each buffer's shared memory (already gone is fine) and stop its own
+    finaliser from unlinking it again."""
+    for buffer in buffers:
+        try:
+            buffer.shared_memory.unlink()
+        except FileNotFoundError:
+            pass
+        buffer.is_creator = False
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """SIGTERM and SIGINT ignored inside (main thread only; elsewhere a no-op): a second
+    signal (vLLM's process manager sends SIGTERM to EngineCore after a signal to the group
+    already reached it) must not end the executor's teardown half way. vLLM's manager still
+    kills EngineCore after its shutdown timeout."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    for number in saved:
+        signal.signal(number, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+
+def _patch_executor_shutdown() -> None:
+    try:
+        from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+    except ImportError:  # pragma: no cover - a vLLM without it
+        return
+    original = MultiprocExecutor.shutdown
+    if getattr(original, MARK, False):
+        return
+
+    @functools.wraps(original)
+    def shutdown(self) -> None:
+        buffers = shm_buffers(self)
+        with signals_ignored():
+            try:
+                original(self)
+            finally:
+                unlink_buffers(buffers)
+
+    setattr(shutdown, MARK, True)
+    MultiprocExecutor.shutdown = shutdown
+
+
 def install() -> None:
     """Install every patch (idempotent)."""
     _patch_accept()
     _patch_runner()
+    _patch_input_check()
+    _patch_executor_shutdown()
     cpu_fix.install()
     runner_v2.install()

@@ -21,8 +21,9 @@ seeded from (seed, position of the row's first logits row), so a request's draws
 its seed and position only, as in V2.
 
 Greedy rows (temperature 0), block verification, synthetic acceptance and watermarking keep
-vLLM's own function. The rule is the engine default (``CACTUS_VLLM_RULE``); V2 does not
-expose the requests' ``SamplingParams`` here, so there is no per-request rule in V2.
+vLLM's own function; rows are routed by ``router``, the row router shared with V1. The rule
+is the engine default (``CACTUS_VLLM_RULE``); V2 does not expose the requests'
+``SamplingParams`` here, so there is no per-request rule in V2.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from typing import Any
 
 import torch
 
+from cactus_theory.core.rules.base import Rule
 from cactus_theory.sampler.verify_step import inverse_cdf
-from cactus_theory.vllm import accept, config, metrics
+from cactus_theory.vllm import accept, config, router
 
 Tensor = torch.Tensor
 
@@ -94,17 +96,17 @@ def rejection_sample(
         or use_block_verification
         or kwargs.get("contexts") is not None
     )
-    specs = config.current_specs(batch)
     states = idx_mapping.to(torch.int64)  # [B]
     greedy = (temperature[states] == 0).tolist()
-    specs = [None if g else spec for spec, g in zip(specs, greedy, strict=True)]
-    ours = [b for b, spec in enumerate(specs) if spec is not None]
-    if special or not ours:
+    bounds = cu_num_logits.to(torch.int64).tolist()
+    counts = [bounds[b + 1] - bounds[b] - 1 for b in range(batch)]  # drafts per row
+    routing = router.route(greedy, counts)
+    if special or not routing.ours:
         if original is None:
             raise ValueError("original: vLLM's function is needed for rows without a rule")
         return original(*args, **kwargs)
     steps = int(num_speculative_steps)
-    if len(ours) < batch:
+    if routing.theirs:
         if original is None:
             raise ValueError("original: vLLM's function is needed for greedy rows")
         sampled, num_sampled = original(*args, **kwargs)
@@ -118,12 +120,10 @@ def rejection_sample(
     vocab = int(target_logits.shape[1])
     if draft_logits is not None:
         vocab = min(vocab, int(draft_logits.shape[-1]))
-    bounds = cu_num_logits.to(torch.int64).tolist()
     meter = config.current_meter()
-    for spec in sorted({specs[b] for b in ours}):
-        group = [b for b in ours if specs[b] == spec]
-        rule = config.parse_spec(spec)
-        counts = [bounds[b + 1] - bounds[b] - 1 for b in group]  # drafts per row
+
+    def verify_group(rule: Rule, group: list[int]) -> accept.FlatResult:
+        group_counts = [counts[b] for b in group]
         draft_rows = torch.cat([torch.arange(bounds[b], bounds[b + 1] - 1) for b in group]).to(
             device
         )  # [Ng] logits rows of the drafted positions
@@ -137,12 +137,12 @@ def rejection_sample(
             draft_probs = None
         else:
             row_of = torch.repeat_interleave(
-                torch.arange(len(group), device=device), torch.tensor(counts, device=device)
+                torch.arange(len(group), device=device), torch.tensor(group_counts, device=device)
             )  # [Ng]
-            step_of = torch.cat([torch.arange(n) for n in counts]).to(device)  # [Ng]
+            step_of = torch.cat([torch.arange(n) for n in group_counts]).to(device)  # [Ng]
             raw = draft_logits[group_states[row_of], step_of, :vocab].to(torch.float32)
             draft_probs = (raw / temps[row_of, None]).softmax(-1)  # [Ng, V]
-        width = max(counts, default=0)
+        width = max(group_counts, default=0)
         uniforms = torch.empty(len(group), width + 2, dtype=torch.float64)  # [G, K+2]
         for slot, b in enumerate(group):
             generator = row_generator(int(seed[states[b]]), int(pos[bounds[b]]))
@@ -152,7 +152,7 @@ def rejection_sample(
         result = accept.accept_flat(
             rule,
             ids,
-            counts,
+            group_counts,
             target_probs,
             draft_probs,
             bonus,
@@ -162,14 +162,9 @@ def rejection_sample(
         )
         sampled[group] = result.token_ids.to(torch.int64)
         num_sampled[group] = (result.num_accepted + 1).to(torch.int32)
-        drafted = [slot for slot, n in enumerate(counts) if n > 0]
-        if drafted:
-            metrics.recorder().add(
-                spec,
-                drafts=result.num_drafts[drafted].tolist(),
-                accepted=result.num_accepted[drafted].tolist(),
-                kl=result.kl[drafted].tolist() if meter else None,
-            )
+        return result
+
+    router.verify_groups(routing, verify_group, meter)
     return sampled, num_sampled
 
 

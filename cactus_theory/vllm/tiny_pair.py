@@ -1,9 +1,11 @@
-"""A tiny random verifier/draft pair that vLLM's CPU backend loads (no download).
+"""A tiny random verifier/draft pair that vLLM's CPU backend loads (no download, no tokenizer).
 
-The verifier is a random 2-layer Llama with head_dim 32 (a size vLLM's CPU attention
-supports); the draft is a copy with relative Gaussian noise on every weight, so the two
-agree often but not always. Used by the tests and as the default of ``cactus bench vllm``
-when no pair is given.
+The verifier is a random 2-layer Llama (hidden size 64, head_dim 32, a size vLLM's CPU
+attention supports); the draft is a copy with relative Gaussian noise on every weight, so
+the two agree often but not always. The folders hold weights and configuration only (no
+tokenizer: engines load them with ``skip_tokenizer_init=True`` and token-id prompts). Used
+by tests/vllm (vocabulary 128) and by ``cactus bench vllm --tiny`` (vocabulary 512, init
+0.3, noise 0.1); the bench's default pair is the trained stdlib pair, not this one.
 """
 
 from __future__ import annotations
