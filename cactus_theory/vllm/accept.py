@@ -5,7 +5,7 @@ are flattened: request b owns the rows ``cu_num_draft_tokens[b-1] : cu_num_draft
 of ``draft_token_ids [N]``, ``draft_probs [N, V]`` and ``target_logits [N, V]`` (already
 through temperature, top-k and top-p), and its bonus token (sampled by vLLM from the row
 after its last draft) is ``bonus_token_ids[b]``. The step returns ``[B, max_spec_len + 1]``
-int32 token ids: the accepted drafts, the emitted token, then ``PLACEHOLDER`` (-1).
+int32 token ids: the accepted drafts, the emitted token, then ``PAD_ID`` (-1).
 
 ``accept_flat`` pads the ragged rows to ``[B, kmax, V]`` and calls the project's batched
 sampler ``sampler.verify_step.verify`` with ``num_drafts`` (no second implementation of the
@@ -30,6 +30,7 @@ import torch
 
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.rules.sps import SpS
+from cactus_theory.core.verify import PAD_ID
 from cactus_theory.sampler.divergence_meter import positions_below
 from cactus_theory.sampler.law import emitted_divergence
 from cactus_theory.sampler.verify_step import verify
@@ -37,8 +38,7 @@ from cactus_theory.vllm import config, router
 
 Tensor = torch.Tensor
 
-#: vLLM's placeholder for "no token" in the output rows.
-PLACEHOLDER = -1
+#: vLLM's placeholder for "no token" in the output rows is the sampler's PAD_ID (-1).
 
 
 @dataclass
@@ -175,7 +175,7 @@ def accept_flat(
     if width < steps + 1:
         raise ValueError(f"width: must be at least max(num_draft_tokens) + 1 = {steps + 1}")
     bonus = bonus_token_ids.reshape(-1).to(device, torch.int64)  # [B]
-    token_ids = torch.full((batch, width), PLACEHOLDER, dtype=torch.int32, device=device)
+    token_ids = torch.full((batch, width), PAD_ID, dtype=torch.int32, device=device)
     num_accepted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
     kl = torch.zeros(batch, dtype=torch.float64, device=device)  # [B]
     lengths = torch.tensor(counts, dtype=torch.int64, device=device)  # [B]
@@ -290,14 +290,12 @@ def rejection_sample(
             **kwargs,
         )
         router.record_vllm_rows(
-            routing, lambda rows: ((output[rows] != PLACEHOLDER).sum(dim=1) - 1).tolist()
+            routing, lambda rows: ((output[rows] != PAD_ID).sum(dim=1) - 1).tolist()
         )
         if not routing.ours:
             return output
     else:
-        output = torch.full(
-            (batch, max_spec_len + 1), PLACEHOLDER, dtype=torch.int32, device=device
-        )
+        output = torch.full((batch, max_spec_len + 1), PAD_ID, dtype=torch.int32, device=device)
     target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)  # [N, V]
     lengths = torch.tensor(num_draft_tokens, dtype=torch.int64)  # [B] (CPU)
     starts = (torch.cumsum(lengths, 0) - lengths).tolist()

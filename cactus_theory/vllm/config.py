@@ -25,6 +25,8 @@ from cactus_theory.core import rules
 from cactus_theory.core.rules.base import DecisionRule, Rule
 from cactus_theory.core.rules.sps import SpS
 
+#: The attribute that marks a function the plug-in has already patched (patching is idempotent).
+MARK = "_cactus_patched"
 #: Environment variable holding the default rule spec; it also switches the plug-in on.
 ENV_RULE = "CACTUS_VLLM_RULE"
 #: Environment variable: "0" turns the in-engine KL meter off (acceptance is still counted).

@@ -33,8 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cactus_theory.vllm import accept, config, cpu_fix, runner_v2
-
-MARK = "_cactus_patched"
+from cactus_theory.vllm.config import MARK
 
 
 def register() -> None:

@@ -36,12 +36,12 @@ import torch
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.sampler.verify_step import inverse_cdf
 from cactus_theory.vllm import accept, config, router
+from cactus_theory.vllm.config import MARK
 
 Tensor = torch.Tensor
 
 #: Where V2 looks the accept function up at call time.
 V2_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
-MARK = "_cactus_patched"
 
 
 def row_generator(seed: int, position: int) -> torch.Generator:
@@ -112,9 +112,7 @@ def rejection_sample(
         sampled, num_sampled = original(*args, **kwargs)
         sampled, num_sampled = sampled.clone(), num_sampled.clone()
     else:
-        sampled = torch.full(
-            (batch, steps + 1), accept.PLACEHOLDER, dtype=torch.int64, device=device
-        )
+        sampled = torch.full((batch, steps + 1), accept.PAD_ID, dtype=torch.int64, device=device)
         num_sampled = torch.zeros(batch, dtype=torch.int32, device=device)
 
     vocab = int(target_logits.shape[1])

@@ -92,7 +92,7 @@ def test_same_uniforms_same_tokens_as_verify_on_ragged_rows(spec):
     for b, (tokens, accepted) in enumerate(wanted):
         row = result.token_ids[b].tolist()
         assert row[: len(tokens)] == tokens, (b, row, tokens)
-        assert row[len(tokens) :] == [accept.PLACEHOLDER] * (6 - len(tokens))
+        assert row[len(tokens) :] == [accept.PAD_ID] * (6 - len(tokens))
         assert int(result.num_accepted[b]) == accepted
     zero = [b for b, n in enumerate(counts) if n == 0]
     assert result.token_ids[zero, 0].tolist() == bonus[zero].tolist()
