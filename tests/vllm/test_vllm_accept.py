@@ -151,7 +151,7 @@ def test_ids_always_in_range_on_hostile_rows(spec):
     bonus = torch.full((len(counts),), vocab - 1)
     result = accept.accept_flat(rules.parse(spec), ids, counts, target, draft, bonus, width=5)
     tokens = result.token_ids
-    real = tokens[tokens != accept.PLACEHOLDER]
+    real = tokens[tokens != accept.PAD_ID]
     assert bool(((real >= 0) & (real < vocab)).all())
     emitted = tokens.gather(1, result.num_accepted[:, None])[:, 0]
     assert bool((emitted == vocab - 1).all())  # q puts all mass there

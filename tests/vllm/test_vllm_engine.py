@@ -154,4 +154,4 @@ def test_bad_configuration_is_refused_in_the_caller(tiny_pair):
 def test_placeholder_constant_is_vllms():
     from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID
 
-    assert accept.PLACEHOLDER == PLACEHOLDER_TOKEN_ID
+    assert accept.PAD_ID == PLACEHOLDER_TOKEN_ID
