@@ -95,7 +95,7 @@ def pad_batch(items: list[dict]):
     return ids, features, top_ids, top_probs, valid, labelled
 
 
-def shifted_inputs(features, valid, noise=None):
+def shifted_inputs(features, noise=None):
     """f_{t−1} per position [B, T, H] (0 at t = 0), optionally plus ``noise``."""
     import torch
 
@@ -142,7 +142,7 @@ def draft_loss(draft, batch, settings, generator=None, feature_std: float = 1.0,
     if generator is not None and settings.input_noise:
         uniform = torch.rand(features.shape, generator=generator) * 2 - 1  # [B, T, H] U(−1, 1)
         noise = settings.input_noise * feature_std * uniform
-    inputs = shifted_inputs(features, valid, noise)
+    inputs = shifted_inputs(features, noise)
     predicted = draft.predict_features(
         ids, inputs, attention_mask=valid.long(), position_ids=positions
     )  # [B, T, H]
@@ -167,7 +167,7 @@ def heldout_metrics(draft, heldout: list[dict], settings, index=None) -> dict:
             batch = pad_batch(heldout[start : start + 4])
             ids, features, top_ids, top_probs, valid, labelled = batch
             positions = torch.arange(ids.shape[1])[None, :].expand_as(ids)
-            inputs = shifted_inputs(features, valid)
+            inputs = shifted_inputs(features)
             predicted = draft.predict_features(
                 ids, inputs, attention_mask=valid.long(), position_ids=positions
             )  # [B, T, H]
@@ -200,13 +200,11 @@ def subset_coverage(items: list[dict], subset) -> float:
     """The share of the top-K label mass that falls inside ``subset``."""
     import torch
 
-    inside = torch.zeros(int(subset.max()) + 1 if len(subset) else 1, dtype=torch.bool)
-    inside[subset] = True
     total, covered = 0.0, 0.0
     for item in items:
         mask = item["label_mask"]
         ids, probs = item["top_ids"][mask].long(), item["top_probs"][mask].double()
-        hit = (ids < len(inside)) & inside[ids.clamp(max=len(inside) - 1)]
+        hit = torch.isin(ids, subset)  # [N, K]
         total += float(probs.sum())
         covered += float((probs * hit).sum())
     return covered / max(total, 1e-12)
@@ -258,17 +256,17 @@ def train_draft(verifier, items: list[dict], heldout: list[dict], settings, fold
     per_epoch = math.ceil(len(items) / settings.batch_sequences)
     steps = settings.epochs * per_epoch
     checkpoint = folder / f"train-{train_key(settings)}.pt"
-    step, curve = 0, []
+    step, curve, seen = 0, [], 0
     if checkpoint.is_file():
         state = torch.load(checkpoint, weights_only=True)
         draft.load_state_dict(state["draft"], strict=False)
         optimiser.load_state_dict(state["optimiser"])
         step, curve = state["step"], state["curve"]
+        seen = state.get("seen", curve[-1]["train_tokens"] if curve else 0)
         say(f"  resuming training at step {step}/{steps}")
     feature_std = float(torch.cat([item["features"].float() for item in items[:64]]).std())
     evaluation = heldout[: settings.eval_conversations]
     started = time.perf_counter()
-    seen = sum(curve[-1:] and [curve[-1]["train_tokens"]] or [0])
     while step < steps:
         epoch, offset = divmod(step, per_epoch)
         order = np.random.default_rng([settings.seed, epoch]).permutation(len(items))
@@ -301,6 +299,7 @@ def train_draft(verifier, items: list[dict], heldout: list[dict], settings, fold
                 "optimiser": optimiser.state_dict(),
                 "step": step,
                 "curve": curve,
+                "seen": seen,
             }
             atomic_write(checkpoint, lambda path, state=state: torch.save(state, path))
     draft.eval()

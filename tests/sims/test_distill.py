@@ -180,7 +180,7 @@ def test_heldout_alpha_is_the_exact_sps_acceptance(verifier, labelled):
     metrics = distill.heldout_metrics(draft, heldout[:1], SETTINGS, distill.subset_index(draft))
     item = heldout[0]
     ids = item["ids"][None].long()
-    before = distill.shifted_inputs(item["features"][None].double(), None)
+    before = distill.shifted_inputs(item["features"][None].double())
     with torch.no_grad():
         logits, _ = draft(ids, before)
     rule, alphas = rules.make("sps"), []
