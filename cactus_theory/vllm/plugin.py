@@ -10,6 +10,8 @@ called by ``engine.cactus_llm`` in the caller's process) puts in place, once:
 - ``GPUModelRunner._sample`` wrapped so that the accept step knows each row's rule from
   the request's ``SamplingParams.extra_args`` (``config``);
 - the probed CPU fix of ``expand_batch_to_tokens`` (``cpu_fix``);
+- the draft proposer's sampling, so that seeded requests draw their drafts from their own
+  generator (``seeded_drafts``);
 - Model Runner V2's ``rejection_sample`` -> ``runner_v2.rejection_sample`` (CUDA builds);
 - ``InputProcessor._validate_params`` (where vLLM checks a request's sampling parameters,
   in the caller or the API server process) also checks the request's rule spec
@@ -32,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cactus_theory.vllm import accept, config, cpu_fix, runner_v2
+from cactus_theory.vllm import accept, config, cpu_fix, runner_v2, seeded_drafts
 from cactus_theory.vllm.config import MARK
 
 
@@ -207,4 +209,5 @@ def install() -> None:
     _patch_input_check()
     _patch_executor_shutdown()
     cpu_fix.install()
+    seeded_drafts.install()
     runner_v2.install()
