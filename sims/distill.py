@@ -40,6 +40,7 @@ from pathlib import Path
 
 from cactus_theory.util.files import atomic_write, atomic_write_json
 from cactus_theory.util.provenance import fingerprint
+from sims.distill_answers import AnswerSettings
 from sims.distill_labels import LabelSettings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "drafts" / "smollm2"
@@ -50,19 +51,20 @@ class DistillSettings:
     """Everything that determines the trained draft (and so its cache keys)."""
 
     labels: LabelSettings = field(default_factory=LabelSettings)
+    answers: AnswerSettings | None = field(default_factory=AnswerSettings)  # None: none
     seed: int = 0
     num_layers: int = 1
     intermediate_size: int = 1536
     draft_vocab: int | None = 8192  # |S| of the reduced head; None: the full vocabulary
-    epochs: int = 1
-    batch_sequences: int = 8
+    epochs: int = 2
+    batch_sequences: int = 2
     learning_rate: float = 2e-3
     warmup_steps: int = 20
     feature_weight: float = 0.1
     input_noise: float = 0.2  # uniform noise on input features, in units of their std
-    eval_every: int = 40
+    eval_every: int = 200
     eval_conversations: int = 32
-    checkpoint_every: int = 20
+    checkpoint_every: int = 100
     threads: int = 2
 
 
@@ -154,8 +156,8 @@ def draft_loss(draft, batch, settings, generator=None, feature_std: float = 1.0,
 
 
 def heldout_metrics(draft, heldout: list[dict], settings, index=None) -> dict:
-    """Held-out soft cross-entropy and acceptance α under the paper's processors (module
-    docstring), over labelled positions."""
+    """Soft cross-entropy and acceptance α under the paper's processors (module docstring)
+    over the labelled positions of ``heldout``: {"soft_ce": ..., "alpha": ...}."""
     import torch
 
     from cactus_theory.core.processors import PAPER_SETTING
@@ -181,7 +183,17 @@ def heldout_metrics(draft, heldout: list[dict], settings, index=None) -> dict:
             overlap = torch.minimum(at_ids, target_probs)
             alpha_sum += float(overlap.sum())
             count += int(labelled.sum())
-    return {"heldout_soft_ce": ce_sum / max(count, 1), "heldout_alpha": alpha_sum / max(count, 1)}
+    return {"soft_ce": ce_sum / max(count, 1), "alpha": alpha_sum / max(count, 1)}
+
+
+def evaluate(draft, heldout: dict[str, list[dict]], settings, index=None, limit=None) -> dict:
+    """``heldout_metrics`` of each held-out set (its first ``limit`` items), flat:
+    {"<set>_soft_ce": ..., "<set>_alpha": ...}."""
+    metrics = {}
+    for name, items in heldout.items():
+        for key, value in heldout_metrics(draft, items[:limit], settings, index).items():
+            metrics[f"{name}_{key}"] = value
+    return metrics
 
 
 def choose_subset(items: list[dict], vocab_size: int, size: int):
@@ -236,9 +248,11 @@ def learning_rate(settings: DistillSettings, step: int, steps: int) -> float:
     return settings.learning_rate * warm * 0.5 * (1 + math.cos(math.pi * step / steps))
 
 
-def train_draft(verifier, items: list[dict], heldout: list[dict], settings, folder: Path, say):
+def train_draft(verifier, items: list[dict], heldout: dict[str, list[dict]], settings,
+                folder: Path, say):  # fmt: skip
     """Train (resuming from the checkpoint in ``folder``); returns (draft, summary) with
-    the held-out metrics and the learning curve."""
+    the metrics on each held-out set (``evaluate``; the first set's name leads the
+    progress lines) and the learning curve."""
     import numpy as np
     import torch
 
@@ -265,7 +279,7 @@ def train_draft(verifier, items: list[dict], heldout: list[dict], settings, fold
         seen = state.get("seen", curve[-1]["train_tokens"] if curve else 0)
         say(f"  resuming training at step {step}/{steps}")
     feature_std = float(torch.cat([item["features"].float() for item in items[:64]]).std())
-    evaluation = heldout[: settings.eval_conversations]
+    lead = next(iter(heldout))
     started = time.perf_counter()
     while step < steps:
         epoch, offset = divmod(step, per_epoch)
@@ -285,12 +299,12 @@ def train_draft(verifier, items: list[dict], heldout: list[dict], settings, fold
         seen += int(batch[5].sum())
         if step % settings.eval_every == 0 or step == steps:
             draft.eval()
-            metrics = heldout_metrics(draft, evaluation, settings, index)
+            metrics = evaluate(draft, heldout, settings, index, settings.eval_conversations)
             curve.append({"step": step, "train_tokens": seen, **metrics})
             spent = time.perf_counter() - started
-            ce, alpha = metrics["heldout_soft_ce"], metrics["heldout_alpha"]
+            ce, alpha = metrics[f"{lead}_soft_ce"], metrics[f"{lead}_alpha"]
             say(
-                f"  step {step}/{steps}: {seen} labelled tokens, held-out soft CE {ce:.3f}, "
+                f"  step {step}/{steps}: {seen} labelled tokens, {lead} soft CE {ce:.3f}, "
                 f"α {alpha:.3f} ({spent:.0f} s)"
             )
         if step % settings.checkpoint_every == 0 or step == steps:
@@ -303,10 +317,11 @@ def train_draft(verifier, items: list[dict], heldout: list[dict], settings, fold
             }
             atomic_write(checkpoint, lambda path, state=state: torch.save(state, path))
     draft.eval()
-    summary = heldout_metrics(draft, heldout, settings, index)
+    summary = evaluate(draft, heldout, settings, index)
     summary["curve"] = curve
     if settings.draft_vocab is not None:
-        summary["subset_coverage_heldout"] = subset_coverage(heldout, draft.subset_ids)
+        for name, held in heldout.items():
+            summary[f"subset_coverage_{name}"] = subset_coverage(held, draft.subset_ids)
     return draft, summary
 
 
@@ -318,6 +333,31 @@ def train_key(settings: DistillSettings) -> str:
 # --- the command ---------------------------------------------------------------------------
 
 
+def training_data(settings: DistillSettings, verifier_path: Path, say=print):
+    """(training items, {held-out set: items}, summary): the ShareGPT labels and, with
+    ``settings.answers``, the self-distilled answers (each built or resumed in the cache)."""
+    from sims import distill_answers, distill_labels
+
+    started = time.perf_counter()
+    labels = distill_labels.prepare(settings.labels, verifier_path, settings.threads, say)
+    summary = {"labels": labels, "labels_s_this_run": round(time.perf_counter() - started, 1)}
+    folder = distill_labels.labels_folder(settings.labels, verifier_path)
+    items = distill_labels.load_shards(folder / "train")
+    heldout = {"heldout": distill_labels.load_shards(folder / "heldout")}
+    if settings.answers is not None:
+        started = time.perf_counter()
+        answers = distill_answers.prepare(
+            settings.answers, verifier_path, settings.labels.heldout_conversations,
+            settings.threads, say,
+        )  # fmt: skip
+        summary["answers"] = answers
+        summary["answers_s_this_run"] = round(time.perf_counter() - started, 1)
+        answer_folder = distill_answers.answers_folder(settings.answers, verifier_path)
+        items += distill_labels.load_shards(answer_folder / "train", answers["train_shards"])
+        heldout["answers"] = distill_labels.load_shards(answer_folder / "heldout")
+    return items, heldout, summary
+
+
 def distill(settings: DistillSettings, out: Path, say=print) -> dict:
     """Build (or resume) the labels, train (or resume) the draft and write it to ``out``."""
     import torch
@@ -327,23 +367,18 @@ def distill(settings: DistillSettings, out: Path, say=print) -> dict:
 
     torch.set_num_threads(settings.threads)
     verifier_path = smollm.verifier_folder(say)
-    started = time.perf_counter()
-    labels = distill_labels.prepare(settings.labels, verifier_path, settings.threads, say)
-    labels_s = time.perf_counter() - started
-    folder = distill_labels.labels_folder(settings.labels, verifier_path)
-    items = distill_labels.load_shards(folder / "train")
-    heldout = distill_labels.load_shards(folder / "heldout")
+    items, heldout, data = training_data(settings, verifier_path, say)
     verifier = AutoModelForCausalLM.from_pretrained(verifier_path, dtype=torch.float32).eval()
     started = time.perf_counter()
+    folder = distill_labels.labels_folder(settings.labels, verifier_path)
     draft, metrics = train_draft(verifier, items, heldout, settings, folder, say)
     training_s = time.perf_counter() - started
     out = Path(out)
     draft.save(out)
     summary = {
         "settings": dataclasses.asdict(settings),
-        "labels": labels,
+        **data,
         **metrics,
-        "labels_s_this_run": round(labels_s, 1),
         "training_s_this_run": round(training_s, 1),
     }
     atomic_write_json(out / "distill.json", summary, indent=2)
@@ -370,6 +405,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="labelled ShareGPT positions to train on (default %(default)s)",
     )
     parser.add_argument(
+        "--answer-tokens",
+        type=int,
+        default=defaults.answers.answer_tokens,
+        help="labelled positions of the verifier's own answers to ShareGPT prompts, generated "
+        "in batches (0: none; default %(default)s)",
+    )
+    parser.add_argument(
         "--draft-vocab",
         type=int,
         default=defaults.draft_vocab,
@@ -388,10 +430,16 @@ def settings_from(args: argparse.Namespace) -> DistillSettings:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if args.draft_vocab < 0:
         raise ValueError("--draft-vocab must be 0 (the full vocabulary) or positive")
+    if args.answer_tokens < 0:
+        raise ValueError("--answer-tokens must be 0 (no self-distilled answers) or positive")
     defaults = DistillSettings()
+    answers = None
+    if args.answer_tokens:
+        answers = dataclasses.replace(defaults.answers, answer_tokens=args.answer_tokens)
     return dataclasses.replace(
         defaults,
         labels=dataclasses.replace(defaults.labels, train_tokens=args.train_tokens),
+        answers=answers,
         seed=args.seed,
         draft_vocab=args.draft_vocab or None,
         epochs=args.epochs,
@@ -402,11 +450,14 @@ def settings_from(args: argparse.Namespace) -> DistillSettings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    print("training the feature draft (labels, then training; cached and resumable)")
+    print("training the feature draft (labels, answers, then training; cached and resumable)")
     summary = distill(settings, args.out)
     print(json.dumps({key: value for key, value in summary.items() if key != "curve"}, indent=1))
     return 0
 
 
 def interrupted_message(args: argparse.Namespace) -> str:
-    return "interrupted: finished label shards and the last checkpoint are kept; rerun to resume"
+    return (
+        "interrupted: finished label and answer shards and the last checkpoint are kept; "
+        "rerun to resume"
+    )

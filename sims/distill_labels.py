@@ -218,11 +218,12 @@ def build_labels(verifier, sequences: list[Sequence], settings: LabelSettings, f
     }
 
 
-def load_shards(folder: Path) -> list[dict]:
+def load_shards(folder: Path, limit: int | None = None) -> list[dict]:
+    """The items of the shards in ``folder`` in order (the first ``limit`` shards)."""
     import torch
 
     items = []
-    for path in sorted(folder.glob("shard-*.pt")):
+    for path in sorted(folder.glob("shard-*.pt"))[:limit]:
         items.extend(torch.load(path, weights_only=True))
     return items
 

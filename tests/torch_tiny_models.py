@@ -66,3 +66,28 @@ def left_padded_prompts(batch=5, length=7, vocab=97, seed=5, pads=(0, 3, 1, 0, 6
         mask[row, :count] = 0
     ids[mask == 0] = 0
     return ids.to(DEVICE), mask.to(DEVICE)
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chatml_tokenizer():
+    """A character-level tokenizer (99 tokens: <pad>, <|im_start|>, <|im_end|>, then
+    printable ASCII and newline) with a ChatML chat template; EOS is <|im_end|>."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
+    vocab = {token: index for index, token in enumerate(specials + chars)}
+    model = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    model.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    model.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=model, eos_token="<|im_end|>", pad_token="<pad>"
+    )
+    fast.chat_template = CHATML
+    return fast

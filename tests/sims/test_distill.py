@@ -16,8 +16,6 @@ import numpy as np
 import pytest
 import torch
 import torch_tiny_models as tiny
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from cactus_theory import law, rules
 from cactus_theory.core.processors import PAPER_SETTING
@@ -26,10 +24,6 @@ from sims import distill, distill_labels
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 LABELS = distill_labels.LabelSettings(
     max_length=64, train_tokens=60, heldout_conversations=2, top_k_labels=24,
     batch_tokens=128, shard_tokens=100, dtype="float64",
@@ -54,17 +48,7 @@ CONVERSATIONS = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    chars = [chr(c) for c in range(32, 127)] + ["\n"]
-    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
-    vocab = {token: index for index, token in enumerate(specials + chars)}  # 99 tokens
-    model = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    model.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    model.add_special_tokens(specials)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=model, eos_token="<|im_end|>", pad_token="<pad>"
-    )
-    fast.chat_template = CHATML
-    return fast
+    return tiny.chatml_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -192,19 +176,22 @@ def test_heldout_alpha_is_the_exact_sps_acceptance(verifier, labelled):
             target_logits = torch.tensor(np.log(target))  # −inf outside the top-K
         target_probs = process_logits(target_logits, PAPER_SETTING).numpy()
         alphas.append(law.acceptance(rule, target=target_probs, draft=draft_probs))
-    assert metrics["heldout_alpha"] == pytest.approx(np.mean(alphas), abs=1e-6)
+    assert metrics["alpha"] == pytest.approx(np.mean(alphas), abs=1e-6)
 
 
 def test_training_lowers_the_loss_and_resumes_to_the_same_draft(
     verifier, labelled, tmp_path, monkeypatch
 ):
-    items, heldout = labelled
+    items, held = labelled
+    heldout = {"heldout": held, "again": held[:1]}
     untrained = dataclasses.replace(SETTINGS, learning_rate=0.0)
     _, before = distill.train_draft(verifier, items, heldout, untrained, tmp_path / "a", print)
     reference, after = distill.train_draft(
         verifier, items, heldout, SETTINGS, tmp_path / "b", print
     )
     assert after["heldout_soft_ce"] < before["heldout_soft_ce"]
+    assert after["again_soft_ce"] < before["again_soft_ce"]  # every held-out set is measured
+    assert {"heldout_alpha", "again_alpha"} <= set(after["curve"][-1])
     steps = 4 * -(-len(items) // 2)  # 4 epochs of batches of 2
     assert [point["step"] for point in after["curve"]] == list(range(2, steps + 1, 2))
 
@@ -236,5 +223,9 @@ def test_bad_command_settings_are_errors():
         distill.settings_from(parser.parse_args(["--epochs", "0"]))
     with pytest.raises(ValueError, match="^--draft-vocab must be 0"):
         distill.settings_from(parser.parse_args(["--draft-vocab", "-1"]))
+    with pytest.raises(ValueError, match="^--answer-tokens must be 0"):
+        distill.settings_from(parser.parse_args(["--answer-tokens", "-5"]))
     settings = distill.settings_from(parser.parse_args(["--draft-vocab", "0"]))
     assert settings.draft_vocab is None
+    assert settings.answers == distill.DistillSettings().answers
+    assert distill.settings_from(parser.parse_args(["--answer-tokens", "0"])).answers is None
