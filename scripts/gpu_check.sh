@@ -3,7 +3,8 @@
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]
 #
-# 1. the decoder and sampler tests on CUDA (CACTUS_TEST_DEVICE=cuda);
+# 1. the decoder and sampler tests on CUDA (CACTUS_TEST_DEVICE=cuda), and the self-distilled
+#    answers of train-draft (generation and labels) on a tiny verifier there;
 # 2. cactus bench sampler --device cuda (B=64, k=10, V=151,936, float32);
 # 3. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there).
 #
@@ -30,7 +31,7 @@ EOF
 
 stamp "tests on CUDA"
 CACTUS_TEST_DEVICE=cuda timeout 110 python -m pytest -q -p no:cacheprovider \
-  tests/decode tests/sampler/test_sampler_agreement.py \
+  tests/decode tests/sampler/test_sampler_agreement.py tests/sims/test_distill_answers.py \
   2>&1 | tee "$out/tests.log" | tail -5
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 

@@ -112,7 +112,8 @@ class _Row:
 def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSettings, pad_id: int,
                      eos: set[int], generator) -> list[dict]:  # fmt: skip
     """Answers to one batch of prompts (token-id lists) with their labels (module
-    docstring, step 2): one item per prompt, in order."""
+    docstring, step 2): one item per prompt, in order, on the CPU (the verifier may be on
+    any device; ``generator`` is a CPU generator)."""
     import torch
 
     from cactus_theory import sampler
@@ -121,12 +122,14 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
     from cactus_theory.sampler.processors import process_logits
 
     processors = SamplingSettings(settings.temperature, settings.top_k, settings.top_p)
+    device = next(verifier.parameters()).device
     batch, width = len(prompts), max(len(ids) for ids in prompts)
     ids = torch.full((batch, width), pad_id, dtype=torch.int64)  # [B, P] left-padded
     mask = torch.zeros(batch, width, dtype=torch.int64)  # [B, P]
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt) :] = torch.tensor(prompt)
         mask[row, width - len(prompt) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
     rows = [_Row(prompt, [], [], [], []) for prompt in prompts]
     model = CachedModel(verifier, batch, ids.device)
     no_label = (torch.zeros(settings.top_k_labels, dtype=torch.int32),
@@ -134,7 +137,7 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
     with torch.inference_mode():
         logits, hidden = model.forward(ids, mask, positions_of_prompt(mask), keep=1, hidden=True)
         for row, prompt in enumerate(prompts):  # prompt features; no labels before its end
-            rows[row].features.extend(hidden[row, width - len(prompt) :].to(torch.bfloat16))
+            rows[row].features.extend(hidden[row, width - len(prompt) :].to("cpu", torch.bfloat16))
             rows[row].top_ids.extend([no_label[0]] * (len(prompt) - 1))
             rows[row].top_probs.extend([no_label[1]] * (len(prompt) - 1))
         active = list(range(batch))  # the prompt index of each batch row
@@ -142,9 +145,10 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
         while True:
             last_logits = logits[:, -1]  # [A, V] the law of each row's next token
             top_ids, top_probs = label_step(last_logits, settings.top_k_labels)  # [A, K]
+            top_ids, top_probs = top_ids.cpu(), top_probs.cpu()
             probs = process_logits(last_logits, processors)  # [A, V] q̃
             uniforms = torch.rand(len(active), generator=generator, dtype=torch.float64)
-            tokens = sampler.inverse_cdf(probs, uniforms)  # [A]
+            tokens = sampler.inverse_cdf(probs, uniforms.to(device)).cpu()  # [A]
             keep = []
             for index, row in enumerate(active):
                 state, token = rows[row], int(tokens[index])
@@ -157,13 +161,13 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
                 break
             kept = torch.tensor(keep)
             if len(keep) < len(active):
-                model.select_rows(kept)
-                active, count = [active[index] for index in keep], count[kept]
-            fed = tokens[kept][:, None]  # [A, 1]
+                model.select_rows(kept.to(device))
+                active, count = [active[index] for index in keep], count[kept.to(device)]
+            fed = tokens[kept][:, None].to(device)  # [A, 1]
             logits, hidden = model.forward(fed, torch.ones_like(fed), count[:, None], hidden=True)
             count = count + 1
             for index, row in enumerate(active):
-                rows[row].features.append(hidden[index, -1].to(torch.bfloat16))
+                rows[row].features.append(hidden[index, -1].to("cpu", torch.bfloat16))
     return [state.item() for state in rows]
 
 

@@ -90,9 +90,9 @@ def test_labels_taken_while_generating_equal_a_teacher_forced_forward(verifier, 
         mask = [False] * (len(prompt) - 1) + [True] * answer
         assert item["label_mask"].tolist() == mask
         with torch.no_grad():
-            output = verifier(input_ids=ids[None], output_hidden_states=True)
-        features = output.hidden_states[-1][0]  # [T, H]
-        top = torch.softmax(output.logits[0], -1).topk(SETTINGS.top_k_labels, dim=-1)
+            output = verifier(input_ids=ids[None].to(tiny.DEVICE), output_hidden_states=True)
+        features = output.hidden_states[-1][0].cpu()  # [T, H]
+        top = torch.softmax(output.logits[0].cpu(), -1).topk(SETTINGS.top_k_labels, dim=-1)
         torch.testing.assert_close(item["features"].double(), features, rtol=2**-7, atol=1e-6)
         labelled = item["label_mask"]
         assert torch.equal(item["top_ids"][labelled].long(), top.indices[labelled])
@@ -111,7 +111,7 @@ def test_the_first_answer_token_follows_the_processed_law(verifier, prompts):
     counts = np.bincount(first, minlength=99).astype(float)
     counts[EOS] += eos_first
     with torch.no_grad():
-        logits = verifier(input_ids=torch.tensor([prompt])).logits[0, -1]
+        logits = verifier(input_ids=torch.tensor([prompt], device=tiny.DEVICE)).logits[0, -1].cpu()
     law = process_logits(logits, SamplingSettings(0.7, 8, settings.top_p)).numpy()
     plain = torch.softmax(logits, -1).numpy()
     assert chi_square_pvalue(counts, law) > LEVEL
