@@ -15,7 +15,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch_tiny_models as tiny
 
 from cactus_theory import law, rules
 from cactus_theory.core.processors import PAPER_SETTING
@@ -44,16 +43,6 @@ CONVERSATIONS = [
     [("user", "Last"), ("assistant", "held out")],
     [("user", "Really last"), ("assistant", "also held out")],
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return tiny.chatml_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return tiny.llama(seed=0, vocab=99, dtype=torch.float64, init=0.2)
 
 
 @pytest.fixture(scope="module")

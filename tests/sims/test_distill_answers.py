@@ -46,16 +46,6 @@ EOS = 2  # <|im_end|>
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return tiny.chatml_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return tiny.llama(seed=0, vocab=99, dtype=torch.float64, init=0.2)
-
-
-@pytest.fixture(scope="module")
 def prompts(tokenizer):
     return distill_answers.answer_prompts(tokenizer, CONVERSATIONS, SETTINGS, heldout=2)
 
