@@ -14,11 +14,11 @@
 #    installed pins);
 # 3. runs tests/vllm (and tests/test_layering.py) there, one torch thread.
 #
-# Measured on a 2-core machine (shared): with the venv reused, steps 2-3 take 5 min 17 s
-# (64 tests in tests/vllm; the HTTP server module, the TP = 2 module and the multiprocess
-# test start real servers and engines and take most of it). The install on a fresh
-# machine took 3 min 18 s (measured before the server tests were added; the tests then
-# took 3 min 30 s, compiling what they import, so expect about 9 minutes in all now).
+# Measured on a slow 2-core machine shared with a training job: with the venv reused,
+# steps 2-3 take 8 min 25 s (81 tests with tests/test_layering.py; the HTTP server
+# module, the TP = 2 module and the multiprocess test start real servers and engines and
+# take most of it). The install on a fresh machine took 3 min 18 s (measured before the
+# server tests were added), so expect about 12 minutes for steps 2-3 on a fresh machine.
 #
 # Environment: PYTHON (default python) creates the venv; CACTUS_VLLM_VENV moves it;
 # CACTUS_SKIP_VLLM=1 skips steps 2-3 (for a machine that cannot install vLLM) and
