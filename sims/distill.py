@@ -3,12 +3,16 @@ teacher-forced labels over ShareGPT.
 
 The draft (``cactus_theory.decode.feature_draft``) reads the verifier's last hidden state
 f_{t−1} and the token x_t and predicts f̂_t, which the verifier's head rows of a token
-subset S (``draft_vocab`` tokens, FR-Spec) turn into the draft law p. Two cached phases:
+subset S (``draft_vocab`` tokens, FR-Spec) turn into the draft law p. Three cached phases:
 
 1. **labels** (``sims.distill_labels``): batched teacher-forced verifier forwards over
    ShareGPT conversations give f_t and the top-K of q_{t+1} at every position, about 1.2M
    labelled (assistant) positions; held-out conversations are labelled the same way.
-2. **training**, one pass over the data in a seeded order, teacher forcing on the true
+2. **answers** (``sims.distill_answers``, ``--answer-tokens``, 0 = none): the verifier's own
+   replies to ShareGPT first turns, generated in batches with the paper's processors and
+   labelled by the generation's own forwards (about 0.8M labelled positions by default),
+   with answers to the held-out first turns as a second held-out set.
+3. **training**, ``epochs`` passes over both in a seeded order, teacher forcing on the true
    features (uniform noise on the inputs):
 
        loss_t = − Σ_{i ∈ topK(q_t) ∩ S} q_t(i) log p̂_t(i)  +  w · smoothL1(f̂_t, f_t)
@@ -16,7 +20,7 @@ subset S (``draft_vocab`` tokens, FR-Spec) turn into the draft law p. Two cached
    with the cross-entropy over labelled positions and the feature term over all of them;
    AdamW, linear warm-up and cosine decay, gradient clipping at 1. S is the ``draft_vocab``
    tokens with the most verifier mass Σ_t q_t(i) over the training labels. Every
-   ``eval_every`` steps the held-out soft cross-entropy and the held-out acceptance
+   ``eval_every`` steps the soft cross-entropy and the acceptance on each held-out set
    α = Σ_x min(p̃_x, q̃_x) (p̃, q̃ after the paper's processors, T = 0.6, top-k 20,
    top-p 0.95, computed exactly from the top-32 labels since top-k 20 lies inside them)
    are recorded against the training tokens seen: the learning curve in ``distill.json``.
