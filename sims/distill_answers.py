@@ -77,14 +77,6 @@ def answer_prompts(tokenizer, conversations: list, settings: AnswerSettings, hel
     return training, held[: settings.heldout_prompts]
 
 
-def label_step(logits, top_k: int):
-    """(top_ids [B, K] int32, top_probs [B, K] float16) of q = softmax(logits [B, V])."""
-    import torch
-
-    top_log_probs, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
-    return top_ids.to(torch.int32), top_log_probs.exp().to(torch.float16)
-
-
 @dataclass
 class _Row:
     """One answer being generated: what its item will hold (module docstring)."""
@@ -120,6 +112,7 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
     from cactus_theory.core.processors import SamplingSettings
     from cactus_theory.decode.cache import CachedModel, positions_of_prompt
     from cactus_theory.sampler.processors import process_logits
+    from sims.distill_labels import top_labels
 
     processors = SamplingSettings(settings.temperature, settings.top_k, settings.top_p)
     device = next(verifier.parameters()).device
@@ -144,8 +137,8 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
         count = mask.sum(dim=1)  # [A] tokens in the cache per row
         while True:
             last_logits = logits[:, -1]  # [A, V] the law of each row's next token
-            top_ids, top_probs = label_step(last_logits, settings.top_k_labels)  # [A, K]
-            top_ids, top_probs = top_ids.cpu(), top_probs.cpu()
+            top_probs, top_ids = top_labels(last_logits, settings.top_k_labels)  # [A, K]
+            top_probs, top_ids = top_probs.cpu(), top_ids.cpu()
             probs = process_logits(last_logits, processors)  # [A, V] q̃
             uniforms = torch.rand(len(active), generator=generator, dtype=torch.float64)
             tokens = sampler.inverse_cdf(probs, uniforms.to(device)).cpu()  # [A]
@@ -177,6 +170,11 @@ def shard_batches(prompts: list[list[int]], rows: int) -> list[list[int]]:
     return [order[start : start + rows] for start in range(0, len(order), rows)]
 
 
+def labelled_count(items: list[dict]) -> int:
+    """The labelled positions of a shard's items."""
+    return sum(int(item["label_mask"].sum()) for item in items)
+
+
 def build_answers(verifier, prompts: list[list[int]], settings: AnswerSettings, folder: Path,
                   pad_id: int, eos: set[int], target_tokens: int | None,
                   say=print) -> dict:  # fmt: skip
@@ -191,7 +189,7 @@ def build_answers(verifier, prompts: list[list[int]], settings: AnswerSettings, 
             break
         path = folder / f"shard-{number:05d}.pt"
         if path.is_file():
-            items = torch.load(path, weights_only=True)
+            count = labelled_count(torch.load(path, weights_only=True))
         else:
             chosen = prompts[number * per_shard : (number + 1) * per_shard]
             generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + number)
@@ -205,11 +203,11 @@ def build_answers(verifier, prompts: list[list[int]], settings: AnswerSettings, 
                     items[index] = item
             spent = time.perf_counter() - started
             atomic_write(path, lambda target, items=items: torch.save(items, target))
-            new = sum(int(item["label_mask"].sum()) for item in items)
-            generated, seconds = generated + new, seconds + spent
-            rate = new / max(spent, 1e-9)
-            say(f"  answers: shard {number + 1}, {new} tokens, {rate:.0f} tokens/s")
-        labelled += sum(int(item["label_mask"].sum()) for item in items)
+            count = labelled_count(items)
+            generated, seconds = generated + count, seconds + spent
+            rate = count / max(spent, 1e-9)
+            say(f"  answers: shard {number + 1}, {count} tokens, {rate:.0f} tokens/s")
+        labelled += count
         number += 1
     return {
         "shards": number,

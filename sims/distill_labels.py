@@ -106,6 +106,15 @@ def select_sequences(tokenizer, conversations: list, settings: LabelSettings):
     return training, heldout
 
 
+def top_labels(logits, top_k: int):
+    """(top_probs [..., K] float16, top_ids [..., K] int32): the K most likely tokens of
+    q = softmax(logits [..., V]) (T = 1, unprocessed) and their probabilities."""
+    import torch
+
+    top_log_probs, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
+    return top_log_probs.exp().to(torch.float16), top_ids.to(torch.int32)
+
+
 def label_function(verifier, top_k: int, compile: bool = True):
     """ids [B, T] -> (features [B, T, H] bf16, top_probs [B, T, K] f16, top_ids [B, T, K]
     int32): the verifier's body, head, log-softmax and top-K, compiled (fixed shapes) when
@@ -117,13 +126,8 @@ def label_function(verifier, top_k: int, compile: bool = True):
 
     def labels(ids):
         features = body(input_ids=ids).last_hidden_state  # [B, T, H] after the final norm
-        log_probs = torch.log_softmax(head(features).float(), dim=-1)  # [B, T, V] log q
-        top_log_probs, top_ids = log_probs.topk(top_k, dim=-1)  # [B, T, K]
-        return (
-            features.to(torch.bfloat16),
-            top_log_probs.exp().to(torch.float16),
-            top_ids.to(torch.int32),
-        )
+        top_probs, top_ids = top_labels(head(features), top_k)  # [B, T, K]
+        return features.to(torch.bfloat16), top_probs, top_ids
 
     if compile:
         try:
