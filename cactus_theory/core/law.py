@@ -19,6 +19,15 @@ over any leading axes:
 
   and both hinge sums come from one merge-sort of (ρ, s) per row: O(V log V), not O(V²).
 - decision rules: out = p ⊙ accept + (Σ p ⊙ (1 − accept)) · recovery.
+- the general family (a_n and r^n any functions of (q, p, n)): the sum itself, batched:
+  out = p ⊙ a + Σ_{n: p_n (1 − a_n) > 0} p_n (1 − a_n) r^n, with the residuals of every
+  drafted token that can be rejected computed in one call per chunk of rows
+  (``general_rule_law``; O(V·m) per row for m such tokens, so O(V²) for a full-support
+  draft, O(V·k) after top-k).
+
+Which closed form applies is ``rules.exact_family(rule)``: a family subclass that overrides
+one of the family's derived methods goes through the general path, so the law is always
+the sum of what the rule's own methods say.
 
 ``acceptance`` is Σ_n p_n a_n. Inputs are validated; shapes [V] or [..., V].
 """
@@ -28,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory.core import divergences, validate
-from cactus_theory.core.rules.base import BranchRule, DecisionRule, Rule, TargetRule, branch_scale
+from cactus_theory.core.rules.base import Rule, branch_scale, exact_family
 
 Array = np.ndarray
 
@@ -59,16 +68,62 @@ def acceptance_rows(rule: Rule, target_probs: Array, draft_probs: Array) -> Arra
 
 def output_law_rows(rule: Rule, target_probs: Array, draft_probs: Array) -> Array:
     """``output_law`` on validated float64 rows (no validation)."""
-    if isinstance(rule, TargetRule):
+    family = exact_family(rule)
+    if family == "target":
         return target_rule_law(rule.target_law(target_probs, draft_probs), draft_probs)
-    if isinstance(rule, BranchRule):
-        raised = rule.raised_mass(target_probs, cap=draft_probs)
+    if family == "branch":
+        raised = rule.raised_masses(target_probs, draft_probs, cap=draft_probs)
         return branch_rule_law(raised, target_probs, draft_probs)
-    if isinstance(rule, DecisionRule):
+    if family == "decision":
         return decision_rule_law(
             rule.accept_mask(target_probs), rule.recovery(target_probs), draft_probs
         )
-    raise TypeError(f"no exact law for rule family of {rule!r}")  # pragma: no cover
+    return general_rule_law(rule, target_probs, draft_probs)
+
+
+#: The general law computes residuals for at most this many (row, token, vocabulary)
+#: entries at a time.
+GENERAL_CHUNK_ELEMENTS = 1 << 22
+
+
+def general_rule_law(rule: Rule, target_probs: Array, draft_probs: Array) -> Array:
+    """out = p ⊙ a + Σ_n p_n (1 − a_n) r^n on rows [..., V], by batched enumeration of the
+    drafted tokens n that can be rejected (p_n (1 − a_n) > 0). Each r^n is normalised
+    (the sampler draws by inverse CDF scaled to the row total, so an unnormalised residual
+    emits the same law)."""
+    shape = target_probs.shape
+    vocab = shape[-1]
+    target = target_probs.reshape(-1, vocab)  # [R, V]
+    draft = draft_probs.reshape(-1, vocab)  # [R, V]
+    accept = np.asarray(rule.accept_probs(target, draft), dtype=np.float64)  # [R, V] a_n
+    out = draft * accept
+    weight = draft * (1.0 - accept)  # [R, V] p_n (1 − a_n): mass of each rejected branch
+    rejectable = weight > 0
+    counts = rejectable.sum(axis=-1)  # [R] rejectable tokens per row
+    order = np.argsort(~rejectable, axis=-1, kind="stable")  # rejectable tokens first
+    most = int(counts.max()) if counts.size else 0
+    rows_per_chunk = max(1, GENERAL_CHUNK_ELEMENTS // (vocab * max(1, most)))
+    for start in range(0, target.shape[0], rows_per_chunk):
+        rows = slice(start, start + rows_per_chunk)
+        width = int(counts[rows].max())
+        columns = max(1, GENERAL_CHUNK_ELEMENTS // (vocab * target[rows].shape[0]))
+        for column in range(0, width, columns):
+            tokens = order[rows, column : column + columns]  # [r, m] drafted tokens n
+            branch = np.take_along_axis(weight[rows], tokens, axis=-1)  # [r, m] p_n (1 − a_n)
+            size = (tokens.shape[0], tokens.shape[1], vocab)
+            residual = np.asarray(
+                rule.residuals_for(
+                    np.broadcast_to(target[rows, None, :], size),
+                    np.broadcast_to(draft[rows, None, :], size),
+                    tokens,
+                ),
+                dtype=np.float64,
+            )  # [r, m, V] r^n
+            residual = np.broadcast_to(residual, size)
+            total = residual.sum(axis=-1, keepdims=True)
+            normalised = np.where(total > 0, residual / np.where(total > 0, total, 1.0), 0.0)
+            out[rows] += np.einsum("rm,rmv->rv", branch, normalised)
+    return out.reshape(shape)
 
 
 def target_rule_law(adjusted: Array, draft_probs: Array) -> Array:
@@ -170,18 +225,24 @@ def branch_divergence(rule: Rule, target: object, draft: object, divergence: str
     """[..., V]: D(h^n‖q) for every drafted n, the per-branch budget Cactus promises.
 
     Branch rules use the exact reduction D(h^n‖q) = D((γ_n, 1−γ_n)‖(q_n, 1−q_n)); target
-    rules have one h for all n. Decision rules have no target in this sense (ValueError).
+    rules have one h for all n. Decision rules and the general family have no target in
+    this sense (ValueError naming the family).
     """
     target_probs, draft_probs = validate.pair(target, draft)
     rule = _rule(rule)
-    if isinstance(rule, BranchRule):
-        return divergences.binary(divergence, rule.raised_mass(target_probs), target_probs)
-    if isinstance(rule, TargetRule):
+    family = exact_family(rule)
+    if family == "branch":
+        raised = rule.raised_masses(target_probs, draft_probs)
+        return divergences.binary(divergence, raised, target_probs)
+    if family == "target":
         value = divergences.rows(
             divergence, rule.target_law(target_probs, draft_probs), target_probs
         )
         return np.broadcast_to(value[..., None], target_probs.shape).copy()
-    raise ValueError(f"rule: {rule.name} is a decision rule; it has no per-branch target")
+    raise ValueError(
+        f"rule: {rule.name} is a {family} rule; only target and branch rules have a "
+        "per-branch target h (use emitted_divergence for the law it emits)"
+    )
 
 
 def emitted_divergence(

@@ -10,12 +10,16 @@ is out = Σ_n p_n [a_n e_n + (1 − a_n) r^n]; every rule family has a closed fo
   from two hinge sums over one merged sort per row (O(V log V));
 - decision rules (tas, topk, greedy): out = p ⊙ 1[accept] + P(reject) · recovery.
 
+Any other rule (a user's, an engine's) takes the law its torch adapter gives
+(``sampler.rules.general``: the numpy ``law.output_law_rows``, closed form or general sum).
+
 ``emitted_divergence`` gives KL(out ‖ q) and TV(out, q) per row: the decoder's divergence
-meter. It first packs each row to its support (tokens where p or q is positive, in
-vocabulary order): a token with p = q = 0 is never drafted and never emitted by any rule,
-and leaving it out changes no decision (top-k's k-th largest, TAS's entropy, greedy's
-argmax are the same over the support), so under top-k/top-p processing the rows shrink
-from V to a few dozen entries.
+meter. For a rule that declares ``support_only`` it first packs each row to its support
+(tokens where p or q is positive, in vocabulary order): such a rule never drafts or emits a
+token with p = q = 0, and leaving it out changes no decision (top-k's k-th largest, TAS's
+entropy, greedy's argmax are the same over the support), so under top-k/top-p processing
+the rows shrink from V to a few dozen entries. A rule that does not declare it (its
+decisions may read the vocabulary size, or the zeros) is metered on the full rows.
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ def emitted_divergence(
 ) -> tuple[Tensor, Tensor]:
     """(KL(out ‖ q) [R], TV(out, q) [R]) in float64 for rows [R, V]; KL is +inf where the
     rule can emit a token q excludes (interp, top-k with k > 1, ...)."""
-    target, draft = support_rows(target_probs.to(torch.float64), draft_probs.to(torch.float64))
+    target, draft = target_probs.to(torch.float64), draft_probs.to(torch.float64)
+    if getattr(rule, "support_only", False):  # declared: padding changes nothing
+        target, draft = support_rows(target, draft)
     emitted = for_rule(rule).output_law(target, draft)  # [R, W]
     kl = kl_div(emitted, target).sum(dim=-1)  # [R]
     tv = 0.5 * (emitted - target).abs().sum(dim=-1)  # [R]

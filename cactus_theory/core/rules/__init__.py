@@ -17,113 +17,68 @@ Rules, their parameters and where each is defined (q = target, p = draft, n = dr
 - ``topk`` k (``rules.baselines``): accept iff q_n >= the k-th largest q.
 - ``greedy`` (``rules.baselines``): accept iff n = argmax q.
 
+Engines' relaxed rules (``cactus_theory.engines``, registered through ``register`` like any
+plug-in): ``sglang`` threshold_single, threshold_acc; ``relaxed`` top_k, delta (TensorRT-LLM);
+``relaxed-ratio`` top_k, ratio (vLLM proposals).
+
+Your own rule: subclass ``TargetRule``, ``BranchRule``, ``DecisionRule`` or ``Rule`` (the
+general family) and ``register`` it (``registry`` explains plug-ins and specs; docs/rules.md
+walks through an example). ``NAMES`` is every registered name, plug-ins included.
+
 Exact laws: ``cactus_theory.core.law``. Torch versions: ``cactus_theory.sampler.rules`` (one
-file per file here). Tests: ``tests/core/test_rules_properties.py`` and the files named
-after each module.
+file per file here; any other rule runs through its generic adapter). Tests:
+``tests/core/test_rules_properties.py`` and the files named after each module; every
+registered rule is checked by ``cactus_theory.testing`` in ``tests/core/test_open_rules.py``.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
+from cactus_theory.core.arrays import namespace
 from cactus_theory.core.rules.base import (
     BranchRule,
     DecisionRule,
     Rule,
     TargetRule,
+    Tunable,
+    exact_family,
+    gamma_is_elementwise,
     gsps_accept,
     gsps_residual,
+    one_hot,
+    take_at,
 )
 from cactus_theory.core.rules.baselines import Greedy, Interp, TopK, TypicalAcceptance
 from cactus_theory.core.rules.cactus import Cactus, CactusExact
 from cactus_theory.core.rules.frontier import Frontier, frontier_constants, frontier_target
 from cactus_theory.core.rules.pareto import ParetoFrontier, pareto_target
+from cactus_theory.core.rules.registry import (
+    ENTRY_POINT_GROUP,
+    ENV_MODULES,
+    REGISTRY,
+    discover,
+    load_modules,
+    make,
+    names,
+    parameter_types,
+    parse,
+    refresh,
+    register,
+    rule_class,
+    spec_of,
+)
 from cactus_theory.core.rules.sps import SpS
 
-REGISTRY: dict[str, type[Rule]] = {
-    cls.name: cls
-    for cls in (
-        SpS,
-        Cactus,
-        CactusExact,
-        Frontier,
-        ParetoFrontier,
-        Interp,
-        TypicalAcceptance,
-        TopK,
-        Greedy,
-    )
-}
-NAMES: tuple[str, ...] = tuple(REGISTRY)
 
-
-def make(name: str, **params: Any) -> Rule:
-    """Create the rule ``name`` with its parameters, e.g. ``make("cactus", delta=0.5)``.
-
-    Raises ``ValueError`` for an unknown name, an unknown or missing parameter, or a bad
-    value (δ < 0, α outside [0, 1], k < 1, ...).
-    """
-    if name not in REGISTRY:
-        raise ValueError(f"name: unknown rule {name!r}; choose one of {NAMES}")
-    cls = REGISTRY[name]
-    named = {
-        key: parameter
-        for key, parameter in inspect.signature(cls.__init__).parameters.items()
-        if key != "self" and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-    }
-    accepted = list(named)
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"{unknown[0]}: not a parameter of rule {name!r} (it takes {accepted or 'none'})"
-        )
-    missing = [
-        key
-        for key, parameter in named.items()
-        if parameter.default is inspect.Parameter.empty and key not in params
-    ]
-    if missing:
-        raise ValueError(f"{missing[0]}: rule {name!r} needs this parameter")
-    return cls(**params)
-
-
-def parse(spec: str) -> Rule:
-    """A rule from ``name`` or ``name:key=value,...``, e.g. ``parse("cactus-exact:delta=0.5")``.
-
-    The inverse of ``spec_of``. Numbers are parsed as float, except ``k`` (int);
-    ``divergence`` stays a string. A key given twice is an error, not "last one wins".
-    """
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"spec: expected 'name' or 'name:key=value,...', got {spec!r}")
-    name, _, rest = spec.partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise ValueError(f"spec: expected key=value in {spec!r}, got {item!r}")
-        if key in params:
-            raise ValueError(f"{key}: given twice in {spec!r}")
-        if key == "divergence":
-            params[key] = value.strip()
-            continue
-        try:
-            params[key] = int(value) if key == "k" else float(value)
-        except ValueError:
-            raise ValueError(f"{key}: expected a number in {spec!r}, got {value!r}") from None
-    return make(name.strip(), **params)
-
-
-def spec_of(rule: Rule) -> str:
-    """The string ``parse`` accepts for ``rule``, e.g. ``"cactus:delta=0.5"``."""
-    params = rule.params()
-    if not params:
-        return rule.name
-    return rule.name + ":" + ",".join(f"{key}={value}" for key, value in params.items())
+def __getattr__(attribute: str):
+    """``NAMES``: every registered rule name, read when asked (plug-ins included)."""
+    if attribute == "NAMES":
+        return names()
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
+    "ENV_MODULES",
     "NAMES",
     "REGISTRY",
     "BranchRule",
@@ -138,13 +93,26 @@ __all__ = [
     "SpS",
     "TargetRule",
     "TopK",
+    "Tunable",
     "TypicalAcceptance",
+    "discover",
+    "exact_family",
     "frontier_constants",
     "frontier_target",
+    "gamma_is_elementwise",
     "gsps_accept",
     "gsps_residual",
+    "load_modules",
     "make",
+    "names",
+    "namespace",
+    "one_hot",
     "pareto_target",
+    "parameter_types",
     "parse",
+    "refresh",
+    "register",
+    "rule_class",
     "spec_of",
+    "take_at",
 ]

@@ -17,19 +17,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
 
 from cactus_theory.core import validate
-from cactus_theory.core.rules.base import DecisionRule, TargetRule, one_hot
+from cactus_theory.core.rules.base import DecisionRule, TargetRule, Tunable, one_hot
 
 
 class Interp(TargetRule):
     """h = α p + (1 − α) q."""
 
     name: ClassVar[str] = "interp"
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {"alpha": 0.0}
+    tunable: ClassVar[Tunable] = Tunable("alpha", 0.0, 1.0)
 
     def __init__(self, alpha: float) -> None:
         self.alpha = validate.unit_interval("alpha", alpha)
@@ -50,6 +54,8 @@ class TypicalAcceptance(DecisionRule):
     """Accept n iff q_n > min(ε, α exp(−H(q))); recover argmax q."""
 
     name: ClassVar[str] = "tas"
+    support_only: ClassVar[bool] = True
+    greedy_consistent: ClassVar[bool] = True
 
     def __init__(self, epsilon: float = 0.09, alpha: float | None = None) -> None:
         self.epsilon = validate.positive("epsilon", epsilon)
@@ -79,12 +85,18 @@ class TopK(DecisionRule):
     """Accept n iff q_n >= k-th largest q; recover q restricted to the top-k set."""
 
     name: ClassVar[str] = "topk"
+    support_only: ClassVar[bool] = True
 
     def __init__(self, k: int) -> None:
         self.k = validate.positive_int("k", k)
 
     def params(self) -> dict[str, Any]:
         return {"k": self.k}
+
+    @property
+    def greedy_consistent(self) -> bool:  # type: ignore[override]
+        """k = 1 only: with a one-hot target every other token ties for the k-th place."""
+        return self.k == 1
 
     def accept_mask(self, target_probs: np.ndarray) -> np.ndarray:
         return target_probs >= top_k_threshold(target_probs, self.k)[..., None]
@@ -98,6 +110,8 @@ class Greedy(DecisionRule):
     """Accept n iff n = argmax q; recover argmax q."""
 
     name: ClassVar[str] = "greedy"
+    support_only: ClassVar[bool] = True
+    greedy_consistent: ClassVar[bool] = True
 
     def accept_mask(self, target_probs: np.ndarray) -> np.ndarray:
         return one_hot(np.argmax(target_probs, axis=-1), target_probs.shape[-1]).astype(bool)

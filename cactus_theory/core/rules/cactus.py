@@ -12,18 +12,27 @@ step is then generalised SpS against this h, which depends on n.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from cactus_theory.core import divergences, gamma, validate
-from cactus_theory.core.rules.base import BranchRule
+from cactus_theory.core.rules.base import BranchRule, Tunable
+
+#: What cactus and cactus-exact declare: δ is their budget, 0 is SpS.
+DELTA = Tunable("delta", 0.0, 1e4, log=True)
 
 
 class Cactus(BranchRule):
     """The paper's closed form: γ_n = min(1, q_n + sqrt(2 δ q_n (1 − q_n)))."""
 
     name: ClassVar[str] = "cactus"
+    gamma_from_mass: ClassVar[bool] = True
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {"delta": 0.0}
+    tunable: ClassVar[Tunable] = DELTA
+    greedy_consistent: ClassVar[bool] = True
 
     def __init__(self, delta: float) -> None:
         self.delta = validate.nonnegative("delta", delta)
@@ -42,10 +51,20 @@ class CactusExact(BranchRule):
     """γ_n = γ*(q_n, δ), the exact largest mass within budget δ of ``divergence``."""
 
     name: ClassVar[str] = "cactus-exact"
+    gamma_from_mass: ClassVar[bool] = True
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {"delta": 0.0}
+    tunable: ClassVar[Tunable] = DELTA
 
     def __init__(self, delta: float, divergence: str = "kl") -> None:
         self.delta = validate.nonnegative("delta", delta)
         self.divergence = divergences.check_name(divergence)
+
+    @property
+    def greedy_consistent(self) -> bool:  # type: ignore[override]
+        """KL and χ² give γ = 0 where q_n = 0 (infinite divergence otherwise); TV, Hellinger,
+        JS and reverse KL can lift a token the verifier excludes."""
+        return self.divergence in ("kl", "chi2")
 
     def params(self) -> dict[str, Any]:
         if self.divergence == "kl":

@@ -45,12 +45,13 @@ acceptance cannot exceed P_p(q > 0) within any finite KL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from cactus_theory.core import divergences, roots, validate
-from cactus_theory.core.rules.base import TargetRule
+from cactus_theory.core.rules.base import TargetRule, Tunable
 
 Array = np.ndarray
 
@@ -59,6 +60,10 @@ class Frontier(TargetRule):
     """h = clip(p, c_lo q, c_hi q) with KL(h‖q) = δ: the output-law-optimal rule."""
 
     name: ClassVar[str] = "frontier"
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {"delta": 0.0}
+    tunable: ClassVar[Tunable] = Tunable("delta", 0.0, 1e4, log=True)
+    greedy_consistent: ClassVar[bool] = True
 
     def __init__(self, delta: float) -> None:
         self.delta = validate.nonnegative("delta", delta)

@@ -24,12 +24,13 @@ Since h does not depend on the drafted token, the emitted law is h exactly
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from cactus_theory.core import roots, validate
-from cactus_theory.core.rules.base import TargetRule
+from cactus_theory.core.rules.base import TargetRule, Tunable
 
 Array = np.ndarray
 
@@ -38,6 +39,10 @@ class ParetoFrontier(TargetRule):
     """h = clip(p, c q, c e^κ q) with Σ h = 1: the source-level acceptance–KL frontier."""
 
     name: ClassVar[str] = "pareto"
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {"spread": 0.0}
+    tunable: ClassVar[Tunable] = Tunable("spread", 0.0, 700.0, log=True)
+    greedy_consistent: ClassVar[bool] = True
 
     def __init__(self, spread: float) -> None:
         self.spread = validate.nonnegative("spread", spread)

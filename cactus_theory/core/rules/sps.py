@@ -7,7 +7,8 @@ The emitted token is distributed exactly as q, and the acceptance Σ_x min(p_x, 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -18,6 +19,9 @@ class SpS(TargetRule):
     """Lossless speculative sampling: the adjusted target is the verifier's q."""
 
     name: ClassVar[str] = "sps"
+    support_only: ClassVar[bool] = True
+    lossless_at: ClassVar[Mapping[str, Any]] = {}
+    greedy_consistent: ClassVar[bool] = True
 
     def target_law(self, target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
         return target_probs

@@ -1,0 +1,46 @@
+"""One body for numpy and torch: the array namespace of a rule's inputs (array API standard).
+
+A rule that declares ``array_api = True`` writes its methods against ``xp =
+arrays.namespace(target_probs, draft_probs)`` and calls only ``xp.*`` (the array API
+standard, through ``array_api_compat``): the same definition then runs on float64 numpy
+rows (the exact reference) and, unchanged, on torch tensors on any device (the torch
+sampler and the decoder call it with float64 tensors; nothing is copied between devices).
+
+The base families' own methods (``rules.base``) are written this way, so a rule that
+only supplies its formula in ``xp`` gets every other method on both backends.
+
+``namespace`` returns ``array_api_compat.numpy`` at once when every input is a numpy array
+(no inspection cost on the numpy hot paths), else ``array_api_compat.array_namespace``,
+which refuses to mix numpy and torch inputs.
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+import array_api_compat.numpy as numpy_namespace
+import numpy as np
+
+
+def namespace(*arrays: object):
+    """The array API namespace of ``arrays`` (None entries are skipped)."""
+    present = [array for array in arrays if array is not None]
+    if all(isinstance(array, np.ndarray | np.generic | float | int) for array in present):
+        return numpy_namespace
+    return array_api_compat.array_namespace(*present)
+
+
+def device(array: object):
+    """The device of ``array`` (``"cpu"`` for numpy), for ``xp.arange(..., device=...)``."""
+    return array_api_compat.device(array)
+
+
+def is_numpy(array: object) -> bool:
+    """True for numpy arrays (and numpy scalars)."""
+    return isinstance(array, np.ndarray | np.generic)
+
+
+def to_numpy(array: object) -> np.ndarray:
+    """A float64 numpy copy of a numpy array or a torch tensor (any device)."""
+    if is_numpy(array):
+        return np.asarray(array)
+    return np.asarray(array_api_compat.to_device(array, "cpu"))
