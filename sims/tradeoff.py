@@ -5,7 +5,8 @@ For every row (context) c of a pool, with q = target and p = draft:
 - acceptance A_c = Σ_n p_n a_n (``law.acceptance_rows``);
 - the emitted law μ_c (``law.output_law_rows``), its KL(μ_c‖q) and TV(μ_c, q);
 - the per-branch divergence: max over drafted n with p_n > 0 of KL(h^n‖q) (branch rules:
-  the binary KL of (γ_n, q_n); target rules: KL(h‖q); decision rules have none);
+  the binary KL of (γ_n, q_n) with γ from the whole row; target rules: KL(h‖q); decision
+  rules and the general family have none);
 - the draft mass on the verifier's support, Σ_{q_x > 0} p_x: no rule with a finite emitted
   KL can accept more (a token with q_x = 0 emitted at all makes KL infinite).
 
@@ -23,7 +24,7 @@ from scipy import optimize
 
 from cactus_theory import divergences, law, rules
 from cactus_theory.core import validate
-from cactus_theory.core.rules.base import BranchRule, Rule, TargetRule, gsps_accept
+from cactus_theory.core.rules.base import Rule, exact_family, gsps_accept
 from sims.pools import PairPool
 
 Array = np.ndarray
@@ -45,14 +46,16 @@ def position_stats(rule: Rule, target: Array, draft: Array) -> tuple[Array, Arra
 
     The same formulas as ``law.acceptance_rows`` (Σ_n p_n a_n) and ``law.output_law_rows``
     (μ), sharing the rule's adjusted target h (target rules) or raised masses γ (branch
-    rules) between them instead of solving for them once per quantity.
+    rules) between them instead of solving for them once per quantity; any other rule
+    (``rules.exact_family``) goes through those two functions as they are.
     """
-    if isinstance(rule, TargetRule):
+    family = exact_family(rule)
+    if family == "target":
         adjusted = rule.target_law(target, draft)
         accept = gsps_accept(adjusted, draft)
         emitted = law.target_rule_law(adjusted, draft)
-    elif isinstance(rule, BranchRule):
-        raised = rule.raised_mass(target, cap=draft)
+    elif family == "branch":
+        raised = rule.raised_masses(target, draft, cap=draft)
         accept = gsps_accept(raised, draft)
         emitted = law.branch_rule_law(raised, target, draft)
     else:
@@ -76,14 +79,14 @@ def row_stats(rule: Rule, pool: PairPool) -> RowStats:
 
 
 def branch_kl(rule: Rule, target: Array, draft: Array) -> Array:
-    """max over drafted n (p_n > 0) of KL(h^n‖q), per row; NaN for decision rules."""
-    if isinstance(rule, BranchRule):
+    """max over drafted n (p_n > 0) of KL(h^n‖q), per row; NaN for decision rules and the
+    general family (no per-branch target h)."""
+    family = exact_family(rule)
+    if family == "branch":
         drafted = draft > 0
-        raised = np.zeros_like(target)
-        raised[drafted] = rule.raised_mass(target[drafted])
-        per_branch = divergences.binary("kl", raised, target)
+        per_branch = divergences.binary("kl", rule.raised_masses(target, draft), target)
         return np.max(np.where(drafted, per_branch, -np.inf), axis=-1)
-    if isinstance(rule, TargetRule):
+    if family == "target":
         return divergences.kl_rows(rule.target_law(target, draft), target)
     return np.full(target.shape[0], np.nan)
 
@@ -106,50 +109,60 @@ def summary(stats: RowStats) -> dict[str, float]:
     }
 
 
-#: The parameter each tunable rule is calibrated by, and its search interval.
-TUNABLE = {
-    "cactus": ("delta", 0.0, 1e4),
-    "cactus-exact": ("delta", 0.0, 1e4),
-    "frontier": ("delta", 0.0, 1e4),
-    "interp": ("alpha", 0.0, 1.0),
-    "pareto": ("spread", 0.0, 700.0),
-}
+def match_acceptance(rule: Rule | str, pool: PairPool, goal: float) -> tuple[Rule, float]:
+    """The rule (or the rule ``name`` at its defaults) with its declared tunable parameter
+    (``rule.tunable``) set so that its mean acceptance over ``pool`` equals ``goal``
+    (bracketed root); returns (rule, parameter).
 
-
-def rule_with(name: str, value: float) -> Rule:
-    """The rule ``name`` with its tunable parameter set to ``value``."""
-    key = TUNABLE[name][0]
-    return rules.parse(f"{name}:{key}={float(value)!r}")
-
-
-def match_acceptance(name: str, pool: PairPool, goal: float) -> tuple[Rule, float]:
-    """The rule ``name`` whose mean acceptance over ``pool`` equals ``goal`` (bracketed root).
-
-    Mean acceptance is non-decreasing in each rule's parameter, so the root is unique up to
-    flat stretches; returns (rule, parameter). Raises ValueError when ``goal`` is out of the
-    rule's reach on this pool.
+    Mean acceptance is monotone in the declared parameter, so the root is unique up to flat
+    stretches; a parameter declared ``log`` is searched on a log1p scale. ValueError when
+    the rule declares no tunable parameter, or when ``goal`` is out of its reach on this
+    pool.
     """
-    if name not in TUNABLE:
-        raise ValueError(f"name: {name!r} has no tunable parameter; choose one of {list(TUNABLE)}")
+    chosen = _rule_at_defaults(rule)
+    tunable = chosen.tunable
+    if tunable is None:
+        raise ValueError(f"name: rule {chosen.name!r} declares no tunable parameter (Rule.tunable)")
     target = validate.unit_interval("goal", goal)
-    _, low, high = TUNABLE[name]
+    kind = type(chosen.params().get(tunable.parameter, 0.0))
+
+    def with_value(value: float) -> Rule:
+        return chosen.with_params(**{tunable.parameter: kind(value)})
 
     def gap(value: float) -> float:
-        rule = rule_with(name, value)
-        return float(law.acceptance_rows(rule, pool.target_probs, pool.draft_probs).mean()) - target
+        rule_here = with_value(value)
+        mean = law.acceptance_rows(rule_here, pool.target_probs, pool.draft_probs).mean()
+        return (float(mean) - target) * (1.0 if tunable.increasing else -1.0)
 
-    at_low, at_high = gap(low), gap(high)
+    at_low, at_high = gap(tunable.low), gap(tunable.high)
     if at_low > 0 or at_high < 0:
+        sign = 1.0 if tunable.increasing else -1.0
+        reach = sorted((sign * at_low + target, sign * at_high + target))
         raise ValueError(
-            f"goal: acceptance {target:.4f} is outside what {name} reaches on {pool.name} "
-            f"([{at_low + target:.4f}, {at_high + target:.4f}])"
+            f"goal: acceptance {target:.4f} is outside what {chosen.name} reaches on "
+            f"{pool.name} ([{reach[0]:.4f}, {reach[1]:.4f}])"
         )
-    if name in ("cactus", "cactus-exact", "frontier", "pareto"):
-        # The interesting range is small; search the parameter on a log scale above 1e-9.
-        value = optimize.brentq(
-            lambda t: gap(np.expm1(t)), 0.0, float(np.log1p(high)), xtol=1e-12, rtol=1e-10
-        )
+    if tunable.log:
+        # The interesting range is small; search the parameter on a log1p scale.
+        low, high = np.log1p(tunable.low), np.log1p(tunable.high)
+        value = optimize.brentq(lambda t: gap(np.expm1(t)), low, high, xtol=1e-12, rtol=1e-10)
         value = float(np.expm1(value))
     else:
-        value = float(optimize.brentq(gap, low, high, xtol=1e-12, rtol=1e-10))
-    return rule_with(name, value), value
+        value = float(optimize.brentq(gap, tunable.low, tunable.high, xtol=1e-12, rtol=1e-10))
+    return with_value(value), value
+
+
+def _rule_at_defaults(rule: Rule | str) -> Rule:
+    if isinstance(rule, Rule):
+        return rule
+    cls = rules.rule_class(rule)
+    try:
+        return cls()
+    except TypeError:
+        # A parameter without a default: the tunable one gets its low end for a start.
+        tunable = cls.tunable
+        if tunable is None:
+            raise ValueError(
+                f"name: rule {rule!r} declares no tunable parameter (Rule.tunable)"
+            ) from None
+        return rules.make(rule, **{tunable.parameter: tunable.low})

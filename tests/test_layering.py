@@ -1,6 +1,7 @@
 """The layers of ``cactus_theory`` import only downwards: util <- core <- sampler <- decode
 <- vllm <- cli, except that vllm never imports decode (what both engines share, such as
-the divergence meter, lives in sampler).
+the divergence meter, lives in sampler). ``engines`` (the engines' rules, plug-ins of the
+core) sits on the core and never imports torch either.
 
 Two checks. Static: every import statement in every file of a layer (module level and
 inside functions) names only the layers it may use. Dynamic: importing the numpy core,
@@ -22,7 +23,15 @@ PACKAGE = ROOT / "cactus_theory"
 ALLOWED = {
     "util": {"cactus_theory.util"},
     "core": {"cactus_theory.util", "cactus_theory.core", "numpy", "scipy"},
-    "sampler": {"cactus_theory.util", "cactus_theory.core", "cactus_theory.sampler", "torch"},
+    # The engines' rules: plug-ins written with the public rule API (numpy or array API).
+    "engines": {"cactus_theory.util", "cactus_theory.core", "cactus_theory.engines"},
+    "sampler": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "cactus_theory.sampler",
+        "torch",
+        "numpy",  # the generic adapter hands numpy rows to rules written with numpy
+    },
     "decode": {
         "cactus_theory.util",
         "cactus_theory.core",
@@ -183,7 +192,8 @@ print("ok")
     "body",
     [
         "import cactus_theory, cactus_theory.rules\nfrom cactus_theory import divergences, law\n"
-        "from cactus_theory.core import block, gamma, processors, roots, validate, verify",
+        "from cactus_theory.core import block, gamma, processors, roots, validate, verify\n"
+        "assert 'sglang' in cactus_theory.rules.NAMES  # discovery loads the engines' rules",
         "import proofs_check, proofs_check.claims, proofs_check.runner, proofs_check.cli\n"
         "from proofs_check import checks_closed_form, checks_exact, checks_laws",
         "from cactus_theory.cli import dispatch\n"

@@ -9,9 +9,15 @@ the draft rows. For each rule, timed side by side in one run (best of ``--repeat
   acceptances and the residuals over [B, k, V] (as reference implementations do);
 - ``floor``: bytes that must be read divided by the bandwidth of a plain copy measured here
   (bandwidth = 2 × bytes / time of ``dst.copy_(src)``, read + write). Two floors:
-  ``needed`` counts the rows the rule must read (SpS, cactus, cactus-exact: the target and
-  draft rows at one position per batch row; frontier: every target and draft row; decision
-  rules: every target row), ``all`` counts every input row once.
+  ``needed`` counts the rows the rule's adapter must read (rules deciding from q_n and p_n,
+  such as SpS, cactus, cactus-exact: the target and draft rows at one position per batch
+  row; decision rules with a torch half: every target row; every other rule that reads rows,
+  the frontier and any rule on the generic adapter: every target and draft row), ``all``
+  counts every input row once.
+
+Any registered rule can be timed (``--rule``, with ``--rules-module`` for a local module):
+a rule without a torch half of its own runs on the generic adapter
+(``sampler.rules.general``), so its row here is the price of writing it in numpy alone.
 
 Ratios printed: dense / ours (what not materialising h buys), ours / floor (how far from
 reading memory at copy speed) and ours / cactus (each rule against cactus δ = 1 on the same
@@ -122,12 +128,15 @@ def make_block(batch: int, steps: int, vocab: int, seed: int, device):
 
 def needed_bytes(rule: rules.Rule, batch: int, steps: int, vocab: int) -> int:
     """Bytes of the rows the rule must read at least once (float32)."""
-    if isinstance(rule, rules.Frontier):
-        rows = batch * (2 * steps + 1)
-    elif isinstance(rule, rules.DecisionRule):
+    from cactus_theory.sampler.rules import TorchDecisionRule, for_rule
+
+    adapter = for_rule(rule)
+    if not adapter.reads_rows:
+        rows = 2 * batch
+    elif isinstance(adapter, TorchDecisionRule):
         rows = batch * (steps + 1)
     else:
-        rows = 2 * batch
+        rows = batch * (2 * steps + 1)
     return 4 * (rows * vocab + 2 * batch * steps)
 
 
@@ -221,7 +230,7 @@ def _time_rule(rule, block: tuple, timer, bandwidth: float, all_bytes: int, args
     ours = timer(fast, repeats)
     ours_checked = timer(checked, repeats)
     dense = None
-    if not isinstance(rule, rules.DecisionRule):
+    if rules.exact_family(rule) in ("target", "branch"):  # the dense path verifies against h
         reference = partial(sampler.verify_dense, target, draft, ids, rule, uniforms)
         if not torch.equal(expected[0], reference()[0]):
             raise RuntimeError(f"dense and fast paths disagree for {rule.label}")

@@ -144,7 +144,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-kl",
         type=float,
         metavar="NATS",
-        help="cap every sequence's total KL(emitted ‖ verifier) at NATS (rules with a δ)",
+        help="cap every sequence's total KL(emitted ‖ verifier) at NATS (any rule: its "
+        "declared lossless parameters are approached, then SpS)",
     )
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the autoregressive baseline"

@@ -8,6 +8,13 @@ cactus_theory that imports proofs_check, sims and paper_figs: here (the commands
 there, and the default pairs) and in ``bench_decode`` (``sims.decode_table``, the paper's
 decoding table); the layers below never do (``tests/test_layering.py``).
 
+Every command takes ``--rules-module MODULE`` (repeatable; a dotted module name or a path
+to a ``.py`` file): the module is imported before the command runs so that the rules it
+registers (``rules.register``) are known to ``--rule``, and it is added to
+``CACTUS_RULES_MODULES`` so that child processes (the report's claims check, vLLM's
+engine and workers, ``cactus serve``'s server) import it too. The flag is taken out of the
+arguments wherever it stands (``cactus serve`` hands the rest to vLLM).
+
 Commands that decode with a pair by default get a pair callable from here:
 ``decode`` and ``bench decode`` the default real pair (``sims.smollm``: SmolLM2 and its
 feature draft), ``bench vllm`` the small stdlib pair (``sims.train_pair``: vLLM drafts
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -114,10 +122,53 @@ def stdlib_pair():
     return Pair(verifier, draft, str(prompts) if prompts.is_file() else None, "stdlib")
 
 
+#: The flag every command takes to load a local rules module (module docstring).
+RULES_MODULE_FLAG = "--rules-module"
+
+
 def _attach(command: Command, parser: argparse.ArgumentParser) -> None:
     module = importlib.import_module(command.module)
     module.configure(parser)
+    parser.add_argument(
+        RULES_MODULE_FLAG,
+        action="append",
+        metavar="MODULE",
+        help="import MODULE (a dotted name or a .py file) first, so the rules it registers "
+        "with rules.register can be named in --rule; repeatable; child processes inherit it "
+        "through CACTUS_RULES_MODULES",
+    )
     parser.set_defaults(_command=command)
+
+
+def take_rules_modules(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the modules of every ``--rules-module M`` / ``--rules-module=M``, the other
+    arguments in order). ValueError when the flag has no value."""
+    modules, rest = [], []
+    words = iter(arguments)
+    for word in words:
+        if word == RULES_MODULE_FLAG:
+            value = next(words, None)
+            if value is None or value.startswith("-"):
+                raise ValueError(f"rules_module: {RULES_MODULE_FLAG} needs a module name or path")
+            modules.append(value)
+        elif word.startswith(RULES_MODULE_FLAG + "="):
+            modules.append(word.split("=", 1)[1])
+        else:
+            rest.append(word)
+    return modules, rest
+
+
+def load_rules_modules(modules: Sequence[str]) -> None:
+    """Import the modules (their rules register themselves) and add them to
+    ``CACTUS_RULES_MODULES`` for child processes (paths made absolute)."""
+    from cactus_theory.core import rules
+
+    if not modules:
+        return
+    rules.load_modules(modules, argument="rules_module")
+    shared = [os.path.abspath(module) if module.endswith(".py") else module for module in modules]
+    present = [item for item in os.environ.get(rules.ENV_MODULES, "").split(",") if item]
+    os.environ[rules.ENV_MODULES] = ",".join(dict.fromkeys(present + shared))
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -146,11 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     the argument, one line, no traceback; argparse's errors exit 2 too), 130 on Ctrl-C
     with the command's own word on what was kept (``interrupted_message``)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        modules, arguments = take_rules_modules(arguments)
+    except ValueError as error:
+        print(f"cactus: error: {error}", file=sys.stderr)
+        return 2
     args = build_parser(arguments).parse_args(arguments)
     command: Command = args._command
     name = " ".join(word for word in (args.command, getattr(args, "member", None)) if word)
     module = importlib.import_module(command.module)
     try:
+        load_rules_modules(modules)
         if command.needs_pair:
             pair = stdlib_pair if command.stdlib_pair else default_pair
             return int(module.run(args, default_pair=pair) or 0)

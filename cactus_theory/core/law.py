@@ -30,6 +30,10 @@ one of the family's derived methods goes through the general path, so the law is
 the sum of what the rule's own methods say.
 
 ``acceptance`` is Σ_n p_n a_n. Inputs are validated; shapes [V] or [..., V].
+
+``frontier_gap`` compares any rule with the frontier at the rule's own emitted divergence,
+row by row: no scheme whose emitted law μ has KL(μ‖q) <= K accepts more than the frontier
+with δ = K (maximal coupling), so the gap is >= 0 for every rule, and 0 only on the frontier.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 
 from cactus_theory.core import divergences, validate
 from cactus_theory.core.rules.base import Rule, branch_scale, exact_family
+from cactus_theory.core.rules.frontier import frontier_target
 
 Array = np.ndarray
 
@@ -253,3 +258,29 @@ def emitted_divergence(
     law = output_law_rows(_rule(rule), target_probs, draft_probs)
     values = divergences.rows(divergence, law / law.sum(axis=-1, keepdims=True), target_probs)
     return float(values) if values.ndim == 0 else values
+
+
+def frontier_acceptance(target: object, draft: object, budget: object) -> float | Array:
+    """A*(δ) = max Σ min(p, h) over h with KL(h‖q) <= δ, per row, for a budget per row
+    (``budget`` broadcast against the rows' leading shape; +inf gives 1: h = p)."""
+    target_probs, draft_probs = validate.pair(target, draft)
+    delta = np.broadcast_to(np.asarray(budget, dtype=np.float64), target_probs.shape[:-1])
+    if np.any(np.isnan(delta)) or np.any(delta < 0):
+        raise ValueError("budget: must be >= 0 (nats), one per row or one for all")
+    finite = np.where(np.isfinite(delta), delta, 0.0)
+    best = frontier_target(target_probs, draft_probs, finite)
+    values = np.where(np.isfinite(delta), np.minimum(draft_probs, best).sum(axis=-1), 1.0)
+    return float(values) if values.ndim == 0 else values
+
+
+def frontier_gap(rule: Rule, target: object, draft: object) -> float | Array:
+    """A*(K) − A per row: the frontier's acceptance at the rule's own emitted KL
+    K = KL(μ‖q) minus the rule's acceptance A (module docstring); >= 0 up to rounding."""
+    target_probs, draft_probs = validate.pair(target, draft)
+    rule = _rule(rule)
+    emitted = output_law_rows(rule, target_probs, draft_probs)
+    emitted = emitted / emitted.sum(axis=-1, keepdims=True)
+    spent = divergences.rows("kl", emitted, target_probs)
+    best = frontier_acceptance(target_probs, draft_probs, spent)
+    values = best - acceptance_rows(rule, target_probs, draft_probs)
+    return float(values) if np.ndim(values) == 0 else values

@@ -56,7 +56,7 @@ class NewtonTerms(Protocol):
 
 def newton_from_right(
     terms: NewtonTerms,
-    delta: float,
+    delta: float | Array,
     point: Array,
     low: Array,
     high: Array,
@@ -77,19 +77,22 @@ def newton_from_right(
     the step or the bracket is within ``NEWTON_TOLERANCE`` (relative); the iteration keeps
     compact arrays of the unsettled rows (``terms.take``).
 
+    ``delta`` is one budget or one per element (shaped like ``point``).
+
     Returns (x, low, high, settled): the last iterate and the bracket's feasible end of
     every row, whether it stopped within ``steps``, and the bracket's upper end where it did
     not (the input ``high`` where it did): callers finish those rows, e.g. with
     ``feasible_root``.
     """
     found, lows, highs = point.copy(), low.copy(), high.copy()
+    budget = np.broadcast_to(np.asarray(delta, dtype=np.float64), point.shape)
     settled_rows = np.zeros(point.shape, dtype=bool)
     index = np.arange(point.size)  # the unsettled rows; the arrays below follow them
     if from_newton is None:
         from_newton = np.zeros(point.shape, dtype=bool)
     for _ in range(steps):
         value, slope = terms.value_and_slope(point)
-        excess = value - delta
+        excess = value - budget
         over = excess > 0
         high = np.where(over, point, high)
         low = np.where(over, low, point)
@@ -114,7 +117,7 @@ def newton_from_right(
             settled_rows[rows] = True
             keep = ~stop
             index, point, low, high = index[keep], point[keep], low[keep], high[keep]
-            from_newton, terms = from_newton[keep], terms.take(keep)
+            from_newton, terms, budget = from_newton[keep], terms.take(keep), budget[keep]
             if not index.size:
                 break
     found[index], lows[index], highs[index] = point, low, high
@@ -122,17 +125,19 @@ def newton_from_right(
 
 
 def step_down_to_budget(
-    value: Callable[[Array, Array], Array], point: Array, low: Array, delta: float
+    value: Callable[[Array, Array], Array], point: Array, low: Array, delta: float | Array
 ) -> Array:
     """Move each x down by 1, 2, 4, ... ulps (not below ``low``, where the value is <= δ)
     until ``value(rows, x[rows])`` <= δ as computed: the finish of ``newton_from_right``,
     whose root is exact only to rounding. Every element is checked once, offenders again;
-    ``value(rows, points)`` evaluates at the elements ``rows`` (an index array)."""
+    ``value(rows, points)`` evaluates at the elements ``rows`` (an index array); ``delta``
+    is one budget or one per element."""
     point = point.copy()
+    budget = np.broadcast_to(np.asarray(delta, dtype=np.float64), point.shape)
     rows = np.arange(point.size)
     for power in range(64):
         with np.errstate(divide="ignore", invalid="ignore"):
-            over = value(rows, point[rows]) > delta
+            over = value(rows, point[rows]) > budget[rows]
         rows = rows[over]
         if not rows.size:
             break

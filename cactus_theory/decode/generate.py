@@ -122,7 +122,7 @@ def speculative_generate(
     generator : the source of every random draw (draft tokens and the sampler's uniforms).
     divergence : run the divergence meter (``DecodeResult.token_kl``;
         ``sampler.divergence_meter``).
-    max_kl : cap every row's Σ_t KL(μ_t ‖ q_t) at this many nats (rules with a δ only;
+    max_kl : cap every row's Σ_t KL(μ_t ‖ q_t) at this many nats (any rule;
         ``budget.KLBudget``), falling back to SpS when the budget is spent.
 
     Returns a ``DecodeResult``; see the module docstring for the method.

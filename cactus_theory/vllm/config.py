@@ -10,6 +10,13 @@ Resolution, per request row (first that is set wins):
    entry point installs nothing).
 
 A row whose rule resolves to ``None`` (``"vllm"``) keeps vLLM's own sampler.
+
+**What a request may name.** A spec names a registered rule only (``rules.parse`` looks
+names up in the registry and never imports anything), so a request can choose among the
+rules the server loaded (built-ins, the engines' rules, installed plug-ins, and the modules
+of ``CACTUS_RULES_MODULES``, which every vLLM process inherits) and can never load code. A
+value that is not a string (a list, a dict, a number) is a ValueError naming
+``vllm_xargs.cactus_rule``, answered with HTTP 400.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cactus_theory.core import rules
-from cactus_theory.core.rules.base import DecisionRule, Rule
+from cactus_theory.core.rules.base import Rule, exact_family
 from cactus_theory.core.rules.sps import SpS
 
 #: The attribute that marks a function the plug-in has already patched (patching is idempotent).
@@ -40,11 +47,17 @@ VLLM_SPEC = "vllm"
 REQUEST_FIELD = "vllm_xargs.cactus_rule"
 
 
-@functools.lru_cache(maxsize=256)
-def parse_spec(spec: str) -> Rule | None:
-    """The rule of ``spec`` (``None`` for ``"vllm"``); ValueError naming ``spec`` if bad."""
+def parse_spec(spec: object) -> Rule | None:
+    """The rule of ``spec`` (``None`` for ``"vllm"``); ValueError naming ``spec`` if bad,
+    including a value that is not a string (checked before the cache, which would raise
+    TypeError on an unhashable list or dict)."""
     if not isinstance(spec, str):
         raise ValueError(f"spec: expected a rule spec string, got {type(spec).__name__}")
+    return _parse_string(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_string(spec: str) -> Rule | None:
     if spec.strip() == VLLM_SPEC:
         return None
     return rules.parse(spec)
@@ -75,10 +88,11 @@ def needs_draft_probs(rule: Rule) -> bool:
     """True for rules whose decisions need the draft's real row p, not a one-hot.
 
     SpS with a one-hot draft is exactly vLLM's own lossless path for a greedy draft (the
-    one-hot is then the draft's true law), and the decision rules (tas, topk, greedy) never
-    read p; every other rule (cactus, cactus-exact, frontier, pareto, interp) does.
+    one-hot is then the draft's true law), and decision rules in their closed form (tas,
+    topk, greedy, relaxed, relaxed-ratio) never read p; every other rule (cactus,
+    cactus-exact, frontier, pareto, interp, sglang, a user's rule) may.
     """
-    return not isinstance(rule, (SpS, DecisionRule))
+    return not (isinstance(rule, SpS) or exact_family(rule) == "decision")
 
 
 def env_default() -> str | None:
@@ -117,7 +131,7 @@ _CURRENT: contextvars.ContextVar[BatchRules | None] = contextvars.ContextVar(
 def spec_of_request(extra_args: dict | None, engine_default: str | None) -> str | None:
     """The spec one request row resolves to (``None``: vLLM's sampler); see the module
     docstring."""
-    spec = (extra_args or {}).get(RULE_KEY, engine_default)
+    spec = (extra_args if isinstance(extra_args, dict) else {}).get(RULE_KEY, engine_default)
     if spec is None:
         return None
     if parse_spec(spec) is None:

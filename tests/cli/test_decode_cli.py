@@ -201,7 +201,7 @@ def test_a_bare_decode_runs_on_the_default_pair(checkpoints, capsys, monkeypatch
         ({"--verifier": "./missing-model"}, "verifier: path './missing-model' does not exist"),
         ({"--verifier": "missing.gguf"}, "verifier: path 'missing.gguf' does not exist"),
         ({"--rule": "sps", "--json": "/proc/version/x.json"}, "json: cannot write"),
-        ({"--rule": "sps", "--max-kl": "1"}, "max_kl: rule 'sps' has no δ"),
+        ({"--rule": "sps", "--max-kl": "-1"}, "max_kl: must be a number >= 0"),
     ],
 )
 def test_decode_errors_are_clean(checkpoints, capsys, extra, message):

@@ -81,7 +81,16 @@ def test_the_meter_can_be_switched_off(pair):
 
 
 @pytest.mark.parametrize(
-    "spec", ["cactus:delta=2.0", "cactus-exact:delta=1.0", "frontier:delta=0.5"]
+    "spec",
+    [
+        "cactus:delta=2.0",
+        "cactus-exact:delta=1.0",
+        "frontier:delta=0.5",
+        # Ladders from what the rule declares: sglang's thresholds move halfway to their
+        # lossless (1, 1); relaxed declares none and falls back to SpS at once.
+        "sglang:threshold_single=0.05,threshold_acc=0.05",
+        "relaxed:top_k=4,delta=0.9",
+    ],
 )
 def test_max_kl_caps_every_row(pair, spec):
     cap = 0.15
@@ -97,11 +106,11 @@ def test_max_kl_caps_every_row(pair, spec):
 
 def test_max_kl_zero_is_sps_and_bad_caps_are_errors(pair):
     assert float(run(pair, "cactus:delta=1.0", max_kl=0.0).token_kl.abs().max()) == 0.0
-    for bad, match in ((-1.0, "^max_kl"), ("x", "^max_kl")):
+    for bad, match in ((-1.0, "^max_kl"), ("x", "^max_kl"), (float("nan"), "^max_kl")):
         with pytest.raises(ValueError, match=match):
             run(pair, "cactus:delta=1.0", max_kl=bad)
-    with pytest.raises(ValueError, match="^max_kl: rule 'sps' has no δ"):
-        run(pair, "sps", max_kl=1.0)
+    # SpS is its own ladder: the cap never binds and the KL stays exactly 0.
+    assert float(run(pair, "sps", max_kl=1.0).token_kl.abs().max()) == 0.0
     with pytest.raises(ValueError, match="^max_kl: needs the divergence meter"):
         run(pair, "frontier:delta=1.0", max_kl=1.0, divergence=False)
 

@@ -298,7 +298,7 @@ class _Events:
         return np.where(lift_event | cap_event, cap, 1.0), kl
 
 
-def _locate_root(events: _Events, delta: float) -> tuple[Array, Array, Array]:
+def _locate_root(events: _Events, delta: Array) -> tuple[Array, Array, Array]:
     """(s, c at event s − 1, c at event s) with s = #{events with KL > δ}, by bisection.
 
     KL falls along the mass order, so s is the first position with KL <= δ (V when none):
@@ -332,7 +332,7 @@ NEWTON_TOLERANCE = roots.NEWTON_TOLERANCE
 NEWTON_STEPS = 200
 
 
-def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tuple[Array, Array]:
+def _newton_cap(segment: _Segment, delta: Array, low: Array, high: Array) -> tuple[Array, Array]:
     """(c, feasible lower end) with KL(c) = δ to rounding on one segment, from c = ``high``.
 
     Requires KL(low) < δ <= KL(high) in exact terms. KL is convex and increasing in c, so
@@ -354,33 +354,36 @@ def _newton_cap(segment: _Segment, delta: float, low: Array, high: Array) -> tup
 
 
 def frontier_constants(
-    target_probs: Array, draft_probs: Array, delta: float
+    target_probs: Array, draft_probs: Array, delta: float | Array
 ) -> tuple[Array, Array]:
     """(c_lo, c_hi) per row for validated rows [..., V]; see the module docstring.
 
+    ``delta`` is one budget or one per row (shape [...], broadcast against the rows).
     Rows with KL(p‖q) <= δ get (0, +inf) (h = p); δ = 0 gives (1, 1) (h = q).
     """
     batch_shape = target_probs.shape[:-1]
     target_rows = target_probs.reshape(-1, target_probs.shape[-1])
     draft_rows = draft_probs.reshape(-1, draft_probs.shape[-1])
+    budget = np.broadcast_to(np.asarray(delta, dtype=np.float64), batch_shape).reshape(-1)
     lift = np.ones(target_rows.shape[0])
     cap = np.ones(target_rows.shape[0])
-    if delta > 0 and target_rows.shape[0]:
+    spending = budget > 0
+    if spending.any():
         kl_terms = divergences.kl_terms(draft_rows, target_rows)
-        draft_fits = kl_terms.sum(axis=-1) <= delta
+        draft_fits = spending & (kl_terms.sum(axis=-1) <= budget)
         lift[draft_fits], cap[draft_fits] = 0.0, np.inf
-        todo = np.flatnonzero(~draft_fits)
+        todo = np.flatnonzero(spending & ~draft_fits)
         if todo.size == draft_fits.size:
-            lift, cap = _solve_caps(target_rows, draft_rows, kl_terms, delta)
+            lift, cap = _solve_caps(target_rows, draft_rows, kl_terms, budget)
         elif todo.size:
             lift[todo], cap[todo] = _solve_caps(
-                target_rows[todo], draft_rows[todo], kl_terms[todo], delta
+                target_rows[todo], draft_rows[todo], kl_terms[todo], budget[todo]
             )
     return lift.reshape(batch_shape), cap.reshape(batch_shape)
 
 
 def _solve_caps(
-    target_rows: Array, draft_rows: Array, kl_terms: Array, delta: float
+    target_rows: Array, draft_rows: Array, kl_terms: Array, delta: Array
 ) -> tuple[Array, Array]:
     """(c_lo, c_hi) for rows [R, V] with KL(p‖q) > δ > 0 (steps 1–3 of the module docstring).
 
@@ -408,19 +411,23 @@ def _solve_caps(
     if solve.size:
         part = segment.take(solve)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            tangent = left[solve] - (at_left[solve] - delta) / slope[solve]
+            tangent = left[solve] - (at_left[solve] - delta[solve]) / slope[solve]
         start = np.where(tangent > left[solve], np.fmin(tangent, right[solve]), right[solve])
-        found, feasible_low = _newton_cap(part, delta, left[solve], start)
+        found, feasible_low = _newton_cap(part, delta[solve], left[solve], start)
         # c moves down by ulps until KL(h‖q) <= δ as computed.
         cap[solve] = roots.step_down_to_budget(
-            lambda rows, caps: part.take(rows).kl_and_slope(caps)[0], found, feasible_low, delta
+            lambda rows, caps: part.take(rows).kl_and_slope(caps)[0],
+            found,
+            feasible_low,
+            delta[solve],
         )
     return np.minimum(segment.lift_for(cap), cap), cap
 
 
-def frontier_target(target_probs: Array, draft_probs: Array, delta: float) -> Array:
-    """h = clip(p, c_lo q, c_hi q) for validated rows [..., V] (see the module docstring)."""
-    if delta == 0:
+def frontier_target(target_probs: Array, draft_probs: Array, delta: float | Array) -> Array:
+    """h = clip(p, c_lo q, c_hi q) for validated rows [..., V] (see the module docstring);
+    ``delta`` is one budget or one per row (shape [...])."""
+    if np.all(np.asarray(delta) == 0):
         return target_probs
     lift, cap = frontier_constants(target_probs, draft_probs, delta)
     with np.errstate(invalid="ignore"):
