@@ -5,6 +5,10 @@ optionally writes JSON and markdown, and can regenerate the generated block of
 ``docs/claims.md`` ("What we verified"). The exit code is 1 only when one of our own
 guarantees (owner "ours") fails; a paper claim that fails is a finding, reported in the
 table. Usage errors exit 2.
+
+``cactus check --rule SPEC`` (repeatable; with ``--rules-module M`` for your own rules)
+checks rules instead of claims: ``cactus_theory.testing.check_rule`` on each, a table of
+every property with shrunk counterexamples; exit 0 when every check passes, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -49,18 +53,71 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="render a result saved with --json instead of running the checks",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    rule_checks = parser.add_argument_group(
+        "rule checks (cactus_theory.testing.check_rule) instead of the claims"
+    )
+    rule_checks.add_argument(
+        "--rule",
+        action="append",
+        metavar="SPEC",
+        help="check this rule's properties (repeatable), e.g. --rule scaled-cactus:delta=1 "
+        "with --rules-module my_rules.py",
+    )
+    rule_checks.add_argument(
+        "--examples", type=int, default=60, help="hypothesis draws per property (default 60)"
+    )
+    rule_checks.add_argument("--max-kl", type=float, help="check KL(emitted law || q) <= this")
+    rule_checks.add_argument("--max-tv", type=float, help="check TV(emitted law, q) <= this")
+    rule_checks.add_argument(
+        "--device", default="cpu", help="device of the torch checks (default cpu)"
+    )
+
+
+def run_rule_checks(args: argparse.Namespace) -> int:
+    """``--rule``: check_rule on every spec, printed; 0 when all pass, 1 otherwise."""
+    from cactus_theory.core import rules
+    from cactus_theory.testing import CHECKS, check_rule
+
+    chosen = [rules.parse(spec) for spec in args.rule]  # bad specs fail before any work
+    only = None
+    if args.only:
+        unknown = [name for name in args.only if name not in CHECKS]
+        if unknown:
+            raise ValueError(f"only: unknown rule check {unknown[0]!r}; choose from {CHECKS}")
+        only = args.only
+    passed = True
+    for rule in chosen:
+        report = check_rule(
+            rule,
+            max_kl=args.max_kl,
+            max_tv=args.max_tv,
+            examples=args.examples,
+            seed=args.seed,
+            device=args.device,
+            only=only,
+        )
+        print(report)
+        passed &= report.passed
+    return 0 if passed else 1
 
 
 def run(args: argparse.Namespace) -> int:
     from cactus_theory.util.files import atomic_write_text, check_writable
     from proofs_check import claims, report, runner
 
+    if args.seed < 0:
+        raise ValueError(f"seed: must be >= 0, got {args.seed}")
+    if args.rule:
+        if args.list:
+            from cactus_theory.testing import CHECKS
+
+            print("\n".join(CHECKS))
+            return 0
+        return run_rule_checks(args)
     if args.list:
         for name, _ in claims.checks():
             print(name)
         return 0
-    if args.seed < 0:
-        raise ValueError(f"seed: must be >= 0, got {args.seed}")
     # Output paths are checked before the work, so a bad one costs nothing.
     for name in ("json", "markdown"):
         if getattr(args, name):

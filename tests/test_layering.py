@@ -25,6 +25,16 @@ ALLOWED = {
     "core": {"cactus_theory.util", "cactus_theory.core", "numpy", "scipy"},
     # The engines' rules: plug-ins written with the public rule API (numpy or array API).
     "engines": {"cactus_theory.util", "cactus_theory.core", "cactus_theory.engines"},
+    # The property-test kit: numpy checks on the core; torch imported inside the torch checks.
+    "testing": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "cactus_theory.sampler",
+        "cactus_theory.testing",
+        "numpy",
+        "scipy",
+        "torch",
+    },
     "sampler": {
         "cactus_theory.util",
         "cactus_theory.core",
@@ -60,6 +70,7 @@ BESIDE = {
     "proofs_check": {
         "cactus_theory.util",
         "cactus_theory.core",
+        "cactus_theory.testing",  # cactus check --rule (torch only inside its torch checks)
         "proofs_check",
         "numpy",
         "scipy",

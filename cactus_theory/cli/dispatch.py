@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -158,19 +157,6 @@ def take_rules_modules(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
     return modules, rest
 
 
-def load_rules_modules(modules: Sequence[str]) -> None:
-    """Import the modules (their rules register themselves) and add them to
-    ``CACTUS_RULES_MODULES`` for child processes (paths made absolute)."""
-    from cactus_theory.core import rules
-
-    if not modules:
-        return
-    rules.load_modules(modules, argument="rules_module")
-    shared = [os.path.abspath(module) if module.endswith(".py") else module for module in modules]
-    present = [item for item in os.environ.get(rules.ENV_MODULES, "").split(",") if item]
-    os.environ[rules.ENV_MODULES] = ",".join(dict.fromkeys(present + shared))
-
-
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; the flags of the subcommand named in ``argv`` are loaded on demand."""
     parser = argparse.ArgumentParser(
@@ -206,8 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args._command
     name = " ".join(word for word in (args.command, getattr(args, "member", None)) if word)
     module = importlib.import_module(command.module)
+    from cactus_theory.core import rules
+
     try:
-        load_rules_modules(modules)
+        rules.load_modules(modules, argument="rules_module", export=True)
         if command.needs_pair:
             pair = stdlib_pair if command.stdlib_pair else default_pair
             return int(module.run(args, default_pair=pair) or 0)

@@ -12,8 +12,10 @@ and can be changed per request with ``sampling_params(rule=...)`` (``extra_args`
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
+from cactus_theory.core import rules
 from cactus_theory.vllm import config, metrics, plugin
 
 
@@ -39,6 +41,7 @@ def cactus_llm(
     k: int = 3,
     draft_sample_method: str = "probabilistic",
     meter: bool | None = None,
+    rules_modules: Sequence[str] = (),
     **llm_kwargs: Any,
 ):
     """A ``vllm.LLM`` of ``model`` speculating with ``draft``, verified with ``rule``.
@@ -54,6 +57,10 @@ def cactus_llm(
         ``CACTUS_VLLM_METER`` says (default on). It costs an O(W log W) pass per emitted
         token, W the support of q and p (vLLM's draft rows are never truncated, so the
         whole vocabulary); serving may want it off.
+    rules_modules : modules (dotted names or ``.py`` paths) that register your own rules
+        (``rules.register``): imported here and exported in ``CACTUS_RULES_MODULES``, so the
+        engine's processes know the rules too (a rule registered only in this process is
+        unknown to a spawned worker).
     llm_kwargs : passed to ``vllm.LLM`` (e.g. ``tensor_parallel_size``, ``dtype``,
         ``enforce_eager``, ``max_model_len``); ``speculative_config`` entries given there
         are merged in; ``disable_log_stats`` defaults to False and ``worker_extension_cls``
@@ -62,6 +69,7 @@ def cactus_llm(
     Sets ``CACTUS_VLLM_RULE`` (if unset) so that engine processes started from here load
     the plug-in, and installs it in this process.
     """
+    rules.load_modules(rules_modules, argument="rules_modules", export=True)
     parsed = config.parse_spec(rule)
     if parsed is not None and config.needs_draft_probs(parsed):
         if draft_sample_method != "probabilistic":

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import pairs
 
 from cactus_theory import divergences
+from cactus_theory.testing.strategies import pairs
 
 
 def test_known_values():

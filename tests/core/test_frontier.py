@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from strategies import pairs, positive_budgets
 
 from cactus_theory import divergences, law, rules
 from cactus_theory.core.rules.frontier import frontier_constants, frontier_target
+from cactus_theory.testing.strategies import pairs, positive_budgets
 
 
 def acceptance(target, draft, delta):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import budgets, pairs, pairs_with_token, positive_budgets
 
 from cactus_theory import divergences, law, rules
 from cactus_theory.core import validate
+from cactus_theory.testing.strategies import budgets, pairs, pairs_with_token, positive_budgets
 
 DIVERGENCES = ("kl", "reverse-kl", "chi2", "hellinger", "tv", "js")
 

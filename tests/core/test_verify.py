@@ -11,11 +11,11 @@ import pytest
 from goodness_of_fit import LEVEL, chi_square_pvalue
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import pairs
 
 from cactus_theory import law, rules
 from cactus_theory.core import block
 from cactus_theory.core.verify import inverse_cdf, verify_block
+from cactus_theory.testing.strategies import pairs
 
 SAMPLES = 100_000
 RULES = [

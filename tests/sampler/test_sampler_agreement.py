@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
-from strategies import pairs, positive_budgets
 
 from cactus_theory import divergences, rules, sampler
 from cactus_theory.core import gamma, validate
@@ -24,6 +23,7 @@ from cactus_theory.sampler import emit, verify_step
 from cactus_theory.sampler import gamma as torch_gamma
 from cactus_theory.sampler.rules import frontier as torch_frontier
 from cactus_theory.sampler.rules import frontier_binned, frontier_sorted
+from cactus_theory.testing.strategies import pairs, positive_budgets
 
 RULE_SPECS = [
     "sps",

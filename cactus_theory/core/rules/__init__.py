@@ -28,7 +28,7 @@ walks through an example). ``NAMES`` is every registered name, plug-ins included
 Exact laws: ``cactus_theory.core.law``. Torch versions: ``cactus_theory.sampler.rules`` (one
 file per file here; any other rule runs through its generic adapter). Tests:
 ``tests/core/test_rules_properties.py`` and the files named after each module; every
-registered rule is checked by ``cactus_theory.testing`` in ``tests/core/test_open_rules.py``.
+registered rule is checked by ``cactus_theory.testing`` in ``tests/testing/test_every_rule.py``.
 """
 
 from __future__ import annotations

@@ -55,6 +55,9 @@ NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 REGISTRY: dict[str, type[Rule]] = {}
 _BUILTIN_NAMES: set[str] = set()
 _PROVIDERS: dict[str, str] = {}
+#: The rules each plug-in source registered when it was loaded (a module is imported once,
+#: so after ``refresh`` its rules are registered again from here).
+_LOADED: dict[str, list[type[Rule]]] = {}
 _discovered = False
 _discovering = False
 
@@ -170,9 +173,7 @@ def _load_plugin(source: str, load: typing.Callable[[], object]) -> None:
     """Load one plug-in: a Rule subclass is registered, a module registers itself. A
     failure or a clash with a registered name is a RuntimeWarning; discovery goes on."""
     try:
-        loaded = load()
-        if isinstance(loaded, type) and issubclass(loaded, Rule):
-            register(loaded, provider=source)
+        _load_recorded(source, load)
     except Exception as error:  # a broken plug-in must not break every rule
         warnings.warn(
             f"cactus_theory: rule plug-in {source} was not loaded: {error}",
@@ -181,19 +182,38 @@ def _load_plugin(source: str, load: typing.Callable[[], object]) -> None:
         )
 
 
+def _load_recorded(source: str, load: typing.Callable[[], object]) -> None:
+    """Load a plug-in once and remember what it registered; a source loaded before has its
+    rules registered again (its module is cached, so importing it would do nothing)."""
+    if source in _LOADED:
+        for cls in _LOADED[source]:
+            register(cls, provider=source)
+        return
+    before = dict(REGISTRY)
+    loaded = load()
+    if isinstance(loaded, type) and issubclass(loaded, Rule):
+        register(loaded, provider=source)
+    _LOADED[source] = [cls for name, cls in REGISTRY.items() if before.get(name) is not cls]
+
+
 def _env_modules() -> list[str]:
     text = os.environ.get(ENV_MODULES, "")
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def load_modules(modules: typing.Iterable[str], *, argument: str = "rules_module") -> list[str]:
+def load_modules(
+    modules: typing.Iterable[str], *, argument: str = "rules_module", export: bool = False
+) -> list[str]:
     """Import each module (a dotted name, or a path to a ``.py`` file) so that it registers
     its rules; returns the names it added. ValueError naming ``argument`` when a module
-    cannot be imported (the user asked for it by name)."""
+    cannot be imported (the user asked for it by name). ``export``: also add the modules
+    to ``CACTUS_RULES_MODULES`` (paths made absolute), so that child processes started
+    afterwards (vLLM's engine and workers, the report's claims check) import them too."""
+    modules = list(modules)
     before = set(REGISTRY)
     for module in modules:
         try:
-            _import(module)
+            _load_recorded(module, functools.partial(_import, module))
         except ValueError:
             raise
         except Exception as error:
@@ -201,6 +221,10 @@ def load_modules(modules: typing.Iterable[str], *, argument: str = "rules_module
                 f"{argument}: could not import rules module {module!r}: "
                 f"{type(error).__name__}: {error}"
             ) from None
+    if export and modules:
+        shared = [os.path.abspath(item) if item.endswith(".py") else item for item in modules]
+        present = _env_modules()
+        os.environ[ENV_MODULES] = ",".join(dict.fromkeys(present + shared))
     return [name for name in REGISTRY if name not in before]
 
 
