@@ -42,6 +42,7 @@ class Results:
     positions: list[dict]
     sequence_kl: list[dict]
     speedup: list[dict]
+    engines: list[dict]
     gamma: list[dict]
     drafted: list[dict]
     example: dict | None
@@ -67,6 +68,7 @@ class Results:
             positions=table("positions"),
             sequence_kl=table("sequence_kl"),
             speedup=table("speedup"),
+            engines=table("engines"),
             gamma=table("gamma"),
             drafted=table("drafted"),
             example=document("example"),

@@ -22,6 +22,9 @@ COLORS = {
     "interp": "#9467bd",
     "tas": "#ff7f0e",
     "topk": "#8c564b",
+    "relaxed": "#e377c2",
+    "relaxed-ratio": "#bcbd22",
+    "sglang": "#17becf",
 }
 NAMES = {
     "cactus": "cactus (paper closed form), over δ",

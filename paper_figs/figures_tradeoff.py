@@ -65,6 +65,33 @@ def figure_tradeoff(results: Results, folder: Path) -> Figure:
     return Figure("fig1_tradeoff", "Acceptance vs emitted-law KL", caption, png, svg, series)
 
 
+#: Rules drawn as points (one per setting): the decision rules and the engines' rules.
+DECISION_MARKERS = (
+    ("tas", "D"),
+    ("topk", "s"),
+    ("relaxed", "^"),
+    ("relaxed-ratio", "v"),
+    ("sglang", "P"),
+)
+#: Legend entries of the point rules.
+POINT_LEGEND = {
+    "tas": "TAS (ε=0.09)",
+    "topk": "top-k accept (k as labelled)",
+    "relaxed": "relaxed: TensorRT-LLM MTP (K, δ as labelled)",
+    "relaxed-ratio": "relaxed-ratio: vLLM proposal (K, r as labelled)",
+    "sglang": "sglang thresholds (t_s, t_a as labelled)",
+}
+
+
+def _point_label(name: str, row: dict) -> str:
+    """A point rule's label: TAS, top-k with its k, an engine's rule with its parameters."""
+    if name == "tas":
+        return "TAS"
+    if name == "topk":
+        return f"top-k accept k={int(row['param'])}"
+    return row["label"]
+
+
 def _gap_panel(axis, rows: list[dict], source: str) -> dict:
     series: dict = {}
     for name in ("frontier", "cactus-exact", "cactus", "interp"):
@@ -79,13 +106,13 @@ def _gap_panel(axis, rows: list[dict], source: str) -> dict:
     axis.axhline(0.0, color=COLORS["pareto"], lw=2.6)
     top = max((y for points in series.values() for _, y in points), default=1.0)
     notes = []
-    for name, marker in (("tas", "D"), ("topk", "s")):
+    for name, marker in DECISION_MARKERS:
         for row in rows_where(rows, name=name):
             gap = row.get("pareto_gap")
             if not finite(gap):
                 continue
             series.setdefault(name, []).append((row["emitted_kl"], 100 * gap))
-            label = "TAS" if name == "tas" else f"top-k accept k={int(row['param'])}"
+            label = _point_label(name, row)
             if 100 * gap <= 1.5 * top:
                 axis.scatter(
                     [row["emitted_kl"]],
@@ -135,7 +162,7 @@ def _tradeoff_panel(axis, rows: list[dict], source: str) -> dict:
         if points:
             series[name] = [(kl, acc) for _, kl, acc in points]
             _rule_curve(axis, name, points, edge)
-    for name, marker in (("tas", "D"), ("topk", "s")):
+    for name, marker in DECISION_MARKERS:
         for row in rows_where(rows, name=name):
             _decision_point(axis, name, marker, row, edge)
             series.setdefault(name, []).append((row["emitted_kl"], row["acceptance"]))
@@ -213,10 +240,10 @@ def _rule_curve(axis, name: str, points: list[tuple], edge: float) -> None:
 
 
 def _decision_point(axis, name: str, marker: str, row: dict, edge: float) -> None:
-    """A decision rule (tas, topk) as one labelled point; infinite KL drawn at ``edge``."""
+    """A point rule (tas, topk, an engine's rule) as one labelled point; infinite KL drawn
+    at ``edge``."""
     kl = row["emitted_kl"]
     x = kl if finite(kl) else edge
-    label = row["label"] if name == "tas" else f"top-k accept (k={int(row['param'])})"
     axis.scatter(
         [x],
         [row["acceptance"]],
@@ -226,15 +253,17 @@ def _decision_point(axis, name: str, marker: str, row: dict, edge: float) -> Non
         edgecolor="black",
         linewidth=0.5,
         zorder=4,
-        label="TAS (ε=0.09)" if name == "tas" else "top-k accept (k as labelled)",
+        label=POINT_LEGEND[name],
     )
     if not finite(kl):
         axis.annotate(
             "∞", (x, row["acceptance"]), textcoords="offset points", xytext=(6, -3), fontsize=9
         )
-    elif name == "topk":
+    elif name != "tas":
+        label = _point_label(name, row)
+        short = label.split("(", 1)[1].rstrip(")") if "(" in label else label
         axis.annotate(
-            label.split("(")[1].rstrip(")"),
+            short,
             (x, row["acceptance"]),
             textcoords="offset points",
             xytext=(5, -9),

@@ -102,18 +102,18 @@ def run_rule_checks(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cactus_theory.util.files import atomic_write_text, check_writable
-    from proofs_check import claims, report, runner
-
     if args.seed < 0:
         raise ValueError(f"seed: must be >= 0, got {args.seed}")
-    if args.rule:
+    if args.rule:  # rule checks: no claims, no cvxpy
         if args.list:
             from cactus_theory.testing import CHECKS
 
             print("\n".join(CHECKS))
             return 0
         return run_rule_checks(args)
+    from cactus_theory.util.files import atomic_write_text, check_writable
+    from proofs_check import claims, report, runner
+
     if args.list:
         for name, _ in claims.checks():
             print(name)

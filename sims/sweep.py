@@ -14,11 +14,16 @@ cell. Cell kinds:
 - ``calibration`` (source): the parameters at which cactus-exact, frontier, pareto and interp
   reach the exact acceptance of the reference rule (cactus δ = 1) on the text pool; its
   ``matched`` decode cells feed the sequence-divergence figure;
+- ``engines`` (source, rule): an engine's relaxed rule (``cactus_theory.engines``: SGLang's
+  thresholds, TensorRT-LLM's relaxed top-K, the vLLM proposals' top-K ratio) at a
+  published or proposed setting, with cactus, cactus-exact and frontier tuned to its exact
+  acceptance (``tradeoff.match_acceptance``): what each pays in emitted KL and TV for the
+  same acceptance;
 - ``gamma``, ``drafted``, ``example``: the data of single figures (``sims.figure_data``).
 
 Outputs (``sweep_csv.write_csvs``), one row per cell unless stated: ``tradeoff.csv``,
-``decoding.csv``, ``positions.csv`` (one row per cell and position), ``sequence_kl.csv``
-(one row per cell and generated length), ``speedup.csv``, ``gamma.csv``,
+``decoding.csv``, ``engines.csv``, ``positions.csv`` (one row per cell and position),
+``sequence_kl.csv`` (one row per cell and generated length), ``speedup.csv``, ``gamma.csv``,
 ``drafted.csv``, ``example.json``. Randomness: every cell derives its generator from the
 sweep seed, the source and k (not the rule), so rules see common random numbers and the
 same prompts.
@@ -129,6 +134,16 @@ class SweepConfig:
     matched_k: int = 10
     matched_reference: str = "cactus:delta=1.0"
     matched_rules: tuple[str, ...] = ("cactus-exact", "frontier", "pareto", "interp")
+    #: The engines' rules at the settings they publish or propose (TensorRT-LLM's
+    #: DeepSeek-R1 preset, AMD ATOM's hard-coded one, SGLang thresholds, a vLLM proposal).
+    engine_rules: tuple[str, ...] = (
+        "relaxed:top_k=10,delta=0.6",
+        "relaxed:top_k=8,delta=0.5",
+        "sglang:threshold_single=0.5,threshold_acc=0.5",
+        "sglang:threshold_single=0.2,threshold_acc=0.2",
+        "relaxed-ratio:top_k=4,ratio=0.5",
+    )
+    engines_matched: tuple[str, ...] = ("cactus", "cactus-exact", "frontier")
     gamma_deltas: tuple[float, ...] = (0.05, 0.25, 1.0)
     speedup_costs: tuple[float, ...] = (0.02, 0.05, 0.1, 0.2)
 
@@ -268,7 +283,7 @@ def curve_rules(config: SweepConfig) -> list[str]:
         specs += [f"{name}:delta={value!r}" for value in config.curve_budgets]
     specs += [f"interp:alpha={value!r}" for value in config.curve_alphas]
     specs += [f"pareto:spread={value!r}" for value in config.curve_spreads]
-    return specs
+    return specs + list(config.engine_rules)
 
 
 def decode_rules(config: SweepConfig) -> list[str]:
@@ -286,6 +301,7 @@ def plan(config: SweepConfig) -> list[Cell]:
     sources = [s.name for s in config.synthetic] + [s.name for s in config.text]
     for source in sources:
         cells += [Cell("tradeoff", source, spec) for spec in curve_rules(config)]
+        cells += [Cell("engines", source, spec) for spec in config.engine_rules]
     for source in config.synthetic:
         if source.decode:
             cells += [
@@ -394,6 +410,8 @@ def compute_cell(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
             rule, _ = tradeoff.match_acceptance(name, pool, goal)
             matched[name] = rules.spec_of(rule)
         return {"goal": goal, "reference": cell.rule, "matched": matched}
+    if cell.kind == "engines":
+        return _engines(cell, config, sources.pool(cell.source))
     if cell.kind == "gamma":
         return {"rows": figure_data.gamma_curves(cell.extra)}
     if cell.kind == "drafted":
@@ -404,6 +422,23 @@ def compute_cell(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
         models = sources.models(cell.source)
         return figure_data.worked_example(pool, figure_data.pick_example(pool), models.token_text)
     raise ValueError(f"kind: unknown cell kind {cell.kind!r}")  # pragma: no cover
+
+
+def _engines(cell: Cell, config: SweepConfig, pool: PairPool) -> dict:
+    """An engine's rule and each rule of ``engines_matched`` at its exact acceptance."""
+    engine = tradeoff.summary(tradeoff.row_stats(rules.parse(cell.rule), pool))
+    matched = {}
+    for name in config.engines_matched:
+        try:
+            rule, _ = tradeoff.match_acceptance(name, pool, engine["acceptance"])
+        except ValueError as error:  # out of that rule's reach on this pool
+            matched[name] = {"unreachable": str(error)}
+            continue
+        matched[name] = {
+            "rule": rules.spec_of(rule),
+            **tradeoff.summary(tradeoff.row_stats(rule, pool)),
+        }
+    return {"rule": cell.rule, "engine": engine, "matched": matched}
 
 
 def _decode(cell: Cell, config: SweepConfig, sources: Sources) -> dict:

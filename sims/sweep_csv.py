@@ -28,6 +28,7 @@ OUTPUT_FILES = (
     "positions.csv",
     "sequence_kl.csv",
     "speedup.csv",
+    "engines.csv",
     "gamma.csv",
     "drafted.csv",
     "example.json",
@@ -75,7 +76,7 @@ def write_csvs(
     config: SweepConfig, done: list[tuple[Cell, dict]], out: Path, sources: Sources
 ) -> dict[str, Path]:
     """The tidy CSVs (``sims.sweep``'s docstring lists them); rows follow the plan's order."""
-    tradeoff_rows, decode_rows, position_rows, sequence_rows = [], [], [], []
+    tradeoff_rows, decode_rows, position_rows, sequence_rows, engine_rows = [], [], [], [], []
     extras: dict[str, object] = {}
     sps = {
         (cell.source, cell.k): value
@@ -94,6 +95,8 @@ def write_csvs(
                     "source_settings": settings,
                 }
             )
+        elif cell.kind == "engines":
+            engine_rows.append(_engine_row(cell, value))
         elif cell.kind == "decode":
             decode_rows.append(
                 _decode_row(cell, value, sps.get((cell.source, cell.k)), config, sources, settings)
@@ -109,6 +112,7 @@ def write_csvs(
         "positions": _write(out / "positions.csv", position_rows),
         "sequence_kl": _write(out / "sequence_kl.csv", sequence_rows),
         "speedup": _write(out / "speedup.csv", _speedup_rows(config, decode_rows)),
+        "engines": _write(out / "engines.csv", engine_rows),
     }
     if "gamma" in extras:
         paths["gamma"] = _write(out / "gamma.csv", extras["gamma"]["rows"])
@@ -119,6 +123,26 @@ def write_csvs(
             paths[kind] = out / f"{kind}.json"
             atomic_write_bytes(paths[kind], json.dumps(extras[kind], indent=1).encode())
     return paths
+
+
+def _engine_row(cell: Cell, value: dict) -> dict:
+    """engines.csv: an engine's rule (acceptance, KL, TV, worst row KL) and, per matched
+    rule, its spec, KL and TV at the same acceptance (empty when out of its reach)."""
+    engine = value["engine"]
+    row = {
+        "source": cell.source,
+        **_rule_fields(cell.rule),
+        "acceptance": engine["acceptance"],
+        "emitted_kl": engine["emitted_kl"],
+        "emitted_tv": engine["emitted_tv"],
+        "emitted_kl_max": engine["emitted_kl_max"],
+    }
+    for name, matched in value["matched"].items():
+        prefix = name.replace("-", "_")
+        row[f"{prefix}_rule"] = matched.get("rule", "")
+        row[f"{prefix}_kl"] = matched.get("emitted_kl", float("nan"))
+        row[f"{prefix}_tv"] = matched.get("emitted_tv", float("nan"))
+    return row
 
 
 def _cell_columns(cell: Cell) -> dict:

@@ -33,6 +33,10 @@ SPECS = [
     "tas",
     "topk:k=3",
     "greedy",
+    # The engines' rules (cactus_theory.engines) run on the generic adapter.
+    "sglang:threshold_single=0.3,threshold_acc=0.5",
+    "relaxed:top_k=10,delta=0.6",
+    "relaxed-ratio:top_k=3,ratio=0.3",
 ]
 
 
@@ -220,7 +224,15 @@ def first_tokens(spec, seed, samples=SAMPLES):
 
 
 @pytest.mark.parametrize(
-    "spec", ["sps", "cactus:delta=0.1", "cactus-exact:delta=0.1", "frontier:delta=0.3"]
+    "spec",
+    [
+        "sps",
+        "cactus:delta=0.1",
+        "cactus-exact:delta=0.1",
+        "frontier:delta=0.3",
+        "sglang:threshold_single=0.2,threshold_acc=0.3",
+        "relaxed:top_k=4,delta=0.5",
+    ],
 )
 def test_emitted_law_matches_the_exact_numpy_law(spec):
     wanted = law.output_law(rules.parse(spec), target=TARGET, draft=DRAFT)

@@ -132,7 +132,9 @@ def server(small_stdlib_pair, tmp_path_factory):
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_SERVER_DEV_MODE="1",  # /collective_rpc, to read the counters as metrics.read does
     )
+    user_rules = os.path.join(os.path.dirname(__file__), "user_rules.py")
     command = [sys.executable, "-m", "cactus_theory.cli", "serve", verifier, draft]
+    command += ["--rules-module", user_rules]
     command += ["--rule", ENGINE_RULE, "-k", "3", "--port", str(port), "--enforce-eager"]
     command += ["--dtype", "float32", "--max-model-len", "256", "--seed", "0"]
     command += ["--max-num-seqs", "16", "--disable-uvicorn-access-log"]
@@ -243,14 +245,41 @@ def test_the_request_rule_changes_the_accepted_length_in_metrics(server):
 
 
 def test_a_bad_spec_is_a_400_naming_the_field_and_the_server_keeps_serving(server):
-    for spec, says in (("cactus:delta=-1", "delta"), ("no-such-rule", "no-such-rule"), (3, "int")):
+    """Every malformed value is a clean 400 (no traceback in the server's log), and a spec
+    naming a module is an unknown rule: a request never imports anything."""
+    logged = len(server.log_tail(10**9))
+    cases = (
+        ("cactus:delta=-1", "delta"),
+        ("no-such-rule", "no-such-rule"),
+        (3, "int"),
+        ([1, 2], "list"),
+        ({"rule": "sps"}, "dict"),
+        ("os", "unknown rule 'os'"),
+        ("cactus_theory.engines.sglang", "unknown rule"),
+        ("subprocess:run=1", "unknown rule 'subprocess'"),
+    )
+    for spec, says in cases:
         status, _, body = server.complete("import os\n", spec)
         assert status == 400, body
         assert body["error"]["param"] == "vllm_xargs.cactus_rule"
         assert says in body["error"]["message"]
+    assert "Traceback" not in server.log_tail(10**9)[logged:]
     status, headers, body = server.complete("import os\n", "sps", seed=5)
     assert status == 200 and body["usage"]["completion_tokens"] == 32
     assert server.get("/health")[0] == 200
+
+
+def test_an_engines_rule_and_a_users_rule_are_served_over_http(server):
+    """relaxed (TensorRT-LLM's rule, bundled) and test-boost (a user's module, loaded by
+    ``cactus serve --rules-module`` in every server process) verify requests by name."""
+    for spec in ("relaxed:top_k=10,delta=0.6", "test-boost:factor=3.0"):
+        status, headers, body = server.complete("def parse(self):\n", spec, seed=3)
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] == 32
+        assert headers[serve.HEADER] == spec
+    scraped = server.scrape()
+    for spec in ("relaxed:top_k=10,delta=0.6", "test-boost:factor=3.0"):
+        assert scraped[("cactus:spec_decode_kl_per_token", spec)] >= 0.0
 
 
 def test_an_openai_client_gets_the_rule_and_its_header(server):
