@@ -77,6 +77,10 @@ def speculative(verifier, draft, prompts, rule, k, eos=None, max_new=MAX_NEW):
         ("tas", 3),
         ("topk:k=1", 3),
         ("greedy", 8),
+        # The engines' rules (greedy-consistent at these settings), on the generic adapter.
+        ("sglang:threshold_single=0.3,threshold_acc=0.3", 3),
+        ("relaxed:top_k=10,delta=0.6", 4),
+        ("relaxed-ratio:top_k=3,ratio=0.3", 2),
     ],
 )
 def test_ragged_batch_matches_generate(verifier, prompts, rule, k):

@@ -128,12 +128,34 @@ def exact(pair):
     return Exact(*pair)
 
 
-SPECS = ["sps", "cactus:delta=0.3", "cactus-exact:delta=0.3", "frontier:delta=0.3"]
+class Doubled(rules.BranchRule):
+    """A user's rule written with numpy alone, no declarations: γ_n = min(1, 2 q_n)."""
+
+    name = "test-doubled"
+
+    def raised_mass(self, target_mass, cap=None):
+        raised = np.minimum(1.0, 2.0 * target_mass)
+        return raised if cap is None else np.minimum(raised, cap)
 
 
-@pytest.mark.parametrize("spec", SPECS)
+SPECS = [
+    "sps",
+    "cactus:delta=0.3",
+    "cactus-exact:delta=0.3",
+    "frontier:delta=0.3",
+    "sglang:threshold_single=0.2,threshold_acc=0.3",
+    "relaxed:top_k=3,delta=0.3",
+    Doubled(),
+]
+
+
+def as_rule(spec):
+    return spec if isinstance(spec, rules.Rule) else rules.parse(spec)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
 def test_a_rows_law_in_a_mixed_batch_is_its_law_alone(pair, exact, spec):
-    rule = rules.parse(spec)
+    rule = as_rule(spec)
     result, is_main = decode_mixed(pair, rule, seed=31)
     cells = cells_of(result, is_main)
     assert p_value(cells, exact.joint(rule)) > ALPHA
@@ -146,12 +168,12 @@ def test_a_rows_law_in_a_mixed_batch_is_its_law_alone(pair, exact, spec):
     assert set(drafts[drafts >= 0].tolist()) <= {0, 1, 2}
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", SPECS, ids=str)
 def test_the_meter_mean_is_the_exact_expected_sequence_kl(pair, exact, spec):
     """Σ_t KL(μ_t ‖ q_t) per row, averaged over rows, against its exact expectation
     (enumerated), within 4 standard errors; here no position's law depends on the
     phase, so it is also the exact KL of the text."""
-    rule = rules.parse(spec)
+    rule = as_rule(spec)
     result, is_main = decode_mixed(pair, rule, seed=32)
     per_row = result.sequence_kl[is_main].numpy()
     expected = exact.expected_meter(rule)
