@@ -48,7 +48,8 @@ class Results:
     example: dict | None
     calibration: dict | None
     main_source: str
-    real_model: dict | None = None  # sims.real_model's table (or why it is unavailable)
+    #: cactus_theory.real.real_model's tables (or why they are unavailable)
+    real_model: dict | None = None
 
     @classmethod
     def load(cls, folder: Path, main_source: str = "text") -> Results:

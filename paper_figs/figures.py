@@ -534,7 +534,7 @@ K_MARKERS = {3: "o", 5: "s", 10: "^"}
 def figure_real_model(results: Results, folder: Path) -> Figure:
     """AL against the realised KL per token on the real pair: one point per rule and δ
     (and k), from the report's real-model table."""
-    from sims.real_model import dataset_tables
+    from cactus_theory.real.real_model import dataset_tables
 
     tables = dataset_tables(results.real_model)
     table = next(iter(tables.values()), {})  # the first set's (MT-Bench in the full report)

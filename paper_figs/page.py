@@ -91,7 +91,7 @@ def summary_table(rows: list[dict]) -> str:
 def real_model_table(real_model: dict | None) -> str:
     """The paper's decoding table on the real pair, one per evaluation set, or why it is
     missing."""
-    from sims.real_model import dataset_tables
+    from cactus_theory.real.real_model import dataset_tables
 
     if not real_model:
         return "<p>The real-model table was not run in this report.</p>"
@@ -109,7 +109,7 @@ def real_model_table(real_model: dict | None) -> str:
     return "".join(parts) + _table_note(next(iter(tables.values()))) if tables else ""
 
 
-#: Headings of the real-model tables per evaluation set (``sims.datasets``).
+#: Headings of the real-model tables per evaluation set (``cactus_theory.real.datasets``).
 DATASET_TITLES = {
     "mt-bench": "MT-Bench (first turns)",
     "humaneval": "HumanEval",

@@ -177,8 +177,8 @@ def build(
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
 
-    ``real_model``: run the real-model table (``sims.real_model``) after the claims, on a
-    quiet machine; False skips it, a callable replaces it (tests).
+    ``real_model``: run the real-model table (``cactus_theory.real.real_model``) after the claims,
+    on a quiet machine; False skips it, a callable replaces it (tests).
 
     The output folder is locked for the whole run (a second run into it is a ValueError),
     and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
@@ -254,13 +254,13 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
 
 
 def dataset_tables(real_model: dict | None) -> dict:
-    from sims.real_model import dataset_tables as tables
+    from cactus_theory.real.real_model import dataset_tables as tables
 
     return tables(real_model)
 
 
 def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
-    from sims import real_model
+    from cactus_theory.real import real_model
 
     return real_model.run(folder, quick=quick, progress=progress)
 

@@ -31,7 +31,7 @@ EOF
 
 stamp "tests on CUDA"
 CACTUS_TEST_DEVICE=cuda timeout 110 python -m pytest -q -p no:cacheprovider \
-  tests/decode tests/sampler/test_sampler_agreement.py tests/sims/test_distill_answers.py \
+  tests/decode tests/sampler/test_sampler_agreement.py tests/real/test_distill_answers.py \
   2>&1 | tee "$out/tests.log" | tail -5
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
@@ -46,8 +46,8 @@ stamp "pair"
 device_setting=cpu
 if python - <<'EOF'
 import sys
-from sims import train_pair
-from sims.train_pair import PAIR_MANIFEST, PairSettings
+from cactus_theory.real import train_pair
+from cactus_theory.real.train_pair import PAIR_MANIFEST, PairSettings
 sys.exit(0 if (train_pair.pair_dir(PairSettings()) / PAIR_MANIFEST).exists() else 1)
 EOF
 then
@@ -61,8 +61,8 @@ else
 fi
 pair_dir=$(DEVICE_SETTING=$device_setting python - <<'EOF'
 import dataclasses, os
-from sims import train_pair
-from sims.train_pair import PairSettings
+from cactus_theory.real import train_pair
+from cactus_theory.real.train_pair import PairSettings
 settings = dataclasses.replace(PairSettings(), device=os.environ["DEVICE_SETTING"])
 print(train_pair.pair_dir(settings))
 EOF

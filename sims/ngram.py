@@ -3,8 +3,8 @@
 The real-text source needs a verifier and a weaker draft that give *full* next-token
 distributions in real contexts. We use a smoothed 4-gram verifier and (by default) a
 trigram draft, both interpolated Kneser–Ney (Chen & Goodman 1998), built from the
-``sims.corpus`` train stream with ``np.unique`` counts and cached on disk keyed by their
-settings and the stream.
+``cactus_theory.real.corpus`` train stream with ``np.unique`` counts and cached on disk keyed by
+their settings and the stream.
 
 For order N and a history h = (w_{-N+1}, ..., w_{-1}), with h' the history without its
 oldest token and D_m the discount of order m:
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cactus_theory.real import corpus
 from cactus_theory.util.files import atomic_write_bytes
 from cactus_theory.util.provenance import fingerprint
-from sims import corpus
 
 Array = np.ndarray
 

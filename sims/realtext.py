@@ -1,7 +1,8 @@
 """The real-text source: n-gram verifier and draft over the standard-library corpus.
 
 - Verifier: an interpolated Kneser–Ney 4-gram; draft: a Kneser–Ney trigram (weaker), both
-  fitted on the ``sims.corpus`` train stream with its BPE tokenizer and cached on disk.
+  fitted on the ``cactus_theory.real.corpus`` train stream with its BPE tokenizer and cached on
+  disk.
 - Both are processed by the same sampling settings (``cactus_theory.processors``; default
   the paper's T = 0.6, top-k 20, top-p 0.95; ``PLAIN_SETTING`` is T = 1 untruncated), so
   the draft row is exactly the law the drafted token is sampled from.
@@ -20,7 +21,8 @@ import numpy as np
 
 from cactus_theory.core import validate
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
-from sims import corpus, ngram, rows
+from cactus_theory.real import corpus
+from sims import ngram, rows
 from sims.pools import PairPool
 
 Array = np.ndarray

@@ -51,7 +51,9 @@ from sims.pools import PairPool
 
 SCHEMA = 1
 #: The code a cell's value depends on: editing a rule or a simulation starts fresh cells.
-CODE = provenance.source_fingerprint("cactus_theory/core", "cactus_theory/util", "sims")
+CODE = provenance.source_fingerprint(
+    "cactus_theory/core", "cactus_theory/util", "cactus_theory/real/corpus.py", "sims"
+)
 
 #: Rules swept at every budget (δ), and the parameter-free or fixed ones.
 BUDGET_RULES = ("cactus", "cactus-exact", "frontier")

@@ -1,7 +1,9 @@
 """The layers of ``cactus_theory`` import only downwards: util <- core <- sampler <- decode
-<- vllm <- cli, except that vllm never imports decode (what both engines share, such as
-the divergence meter, lives in sampler). ``engines`` (the engines' rules, plug-ins of the
-core) sits on the core and never imports torch either.
+<- real <- cli and decode <- vllm <- cli, except that vllm never imports decode nor real
+(what both engines share, such as the divergence meter, lives in sampler). ``real`` (real
+models and data: datasets, wheels, the pairs, pools, draft training) never imports vllm.
+``engines`` (the engines' rules, plug-ins of the core) sits on the core and never imports
+torch either; ``testing`` (the kit) imports the sampler and torch only in its torch checks.
 
 Two checks. Static: every import statement in every file of a layer (module level and
 inside functions) names only the layers it may use. Dynamic: importing the numpy core,
@@ -53,6 +55,20 @@ ALLOWED = {
         "numpy",
         "tqdm",
     },
+    # Real models and data: datasets, wheels, pairs, pools, draft training; never vllm.
+    "real": {
+        "cactus_theory.util",
+        "cactus_theory.core",
+        "cactus_theory.sampler",
+        "cactus_theory.decode",
+        "cactus_theory.real",
+        "torch",
+        "transformers",
+        "huggingface_hub",
+        "numpy",
+        "scipy",
+        "tqdm",
+    },
     # vllm never imports decode (nor decode vllm): what both engines share lives in sampler.
     "vllm": {
         "cactus_theory.util",
@@ -64,8 +80,10 @@ ALLOWED = {
         "vllm",
     },
 }
-#: The packages beside cactus_theory: proofs_check and paper_figs use the numpy core only
-#: (``cactus report``, in paper_figs, runs sims and proofs_check, then draws their results).
+#: The packages beside cactus_theory: proofs_check and paper_figs use the numpy core (and
+#: paper_figs the real-model section of ``cactus_theory.real``, whose torch imports are
+#: lazy; ``cactus report``, in paper_figs, runs sims, proofs_check and that section, then
+#: draws their results).
 BESIDE = {
     "proofs_check": {
         "cactus_theory.util",
@@ -79,6 +97,7 @@ BESIDE = {
     "paper_figs": {
         "cactus_theory.util",
         "cactus_theory.core",
+        "cactus_theory.real",
         "paper_figs",
         "proofs_check",
         "sims",
@@ -166,8 +185,8 @@ def test_the_package_root_is_the_core_public_modules_and_nothing_else():
 
 
 def test_the_checker_catches_a_violation(tmp_path, monkeypatch):
-    """Negative controls: a core file that imports torch and a vllm file that imports
-    decode are reported."""
+    """Negative controls: a core file that imports torch, a real file that imports vllm
+    and sims, and a vllm file that imports decode are reported."""
     fake_root = tmp_path
     core = fake_root / "cactus_theory" / "core"
     core.mkdir(parents=True)
@@ -180,6 +199,14 @@ def test_the_checker_catches_a_violation(tmp_path, monkeypatch):
         "cactus_theory/core/bad.py imports cactus_theory.sampler",
         "cactus_theory/core/bad.py imports cactus_theory.sampler.verify",
         "cactus_theory/core/bad.py imports torch",
+    ]
+    real = fake_root / "cactus_theory" / "real"
+    real.mkdir()
+    (real / "bad.py").write_text("import vllm\nfrom sims import pools\n")
+    assert violations("real") == [
+        "cactus_theory/real/bad.py imports sims",
+        "cactus_theory/real/bad.py imports sims.pools",
+        "cactus_theory/real/bad.py imports vllm",
     ]
     vllm = fake_root / "cactus_theory" / "vllm"
     vllm.mkdir()

@@ -8,8 +8,8 @@ it runs. Every command and the module that holds it:
 - ``cactus check``: ``proofs_check.cli`` (an exact verdict for every claim);
 - ``cactus decode``: ``cactus_theory.cli.decode`` (speculative decoding with a rule);
 - ``cactus serve``: ``cactus_theory.cli.serve`` (vLLM's OpenAI server with a rule);
-- ``cactus train-pair``: ``sims.train_pair`` (the small stdlib verifier and draft);
-- ``cactus train-draft``: ``sims.distill`` (the SmolLM2 feature draft, on ShareGPT labels);
+- ``cactus train-pair``: ``cactus_theory.real.train_pair`` (the small stdlib pair);
+- ``cactus train-draft``: ``cactus_theory.real.distill`` (the SmolLM2 feature draft);
 - ``cactus bench law``: ``cactus_theory.cli.bench_law`` (exact-law instances per second);
 - ``cactus bench solvers``: ``proofs_check.bench`` (fast solvers against cvxpy);
 - ``cactus bench sampler``: ``cactus_theory.cli.bench_sampler`` (the torch sampler);

