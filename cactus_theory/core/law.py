@@ -34,6 +34,9 @@ the sum of what the rule's own methods say.
 ``frontier_gap`` compares any rule with the frontier at the rule's own emitted divergence,
 row by row: no scheme whose emitted law μ has KL(μ‖q) <= K accepts more than the frontier
 with δ = K (maximal coupling), so the gap is >= 0 for every rule, and 0 only on the frontier.
+``pool_frontier_gap`` does the same for a pool's means (``core.pool_frontier``: the most
+mean acceptance any rule reaches at a mean KL per position), the Pareto gap of a rule
+averaged over real or synthetic contexts.
 """
 
 from __future__ import annotations
@@ -284,3 +287,22 @@ def frontier_gap(rule: Rule, target: object, draft: object) -> float | Array:
     best = frontier_acceptance(target_probs, draft_probs, spent)
     values = best - acceptance_rows(rule, target_probs, draft_probs)
     return float(values) if np.ndim(values) == 0 else values
+
+
+def pool_frontier_gap(rule: Rule, target: object, draft: object) -> float:
+    """A*(K̄) − Ā over a pool of rows [N, V]: the pool frontier's mean acceptance at the
+    rule's mean emitted KL K̄ minus the rule's mean acceptance Ā (``core.pool_frontier``);
+    >= 0 up to rounding for every rule. A rule with infinite mean KL is compared with
+    acceptance 1 (an infinite budget allows h = p)."""
+    from cactus_theory.core import pool_frontier
+
+    target_probs, draft_probs = validate.pair(target, draft)
+    rule = _rule(rule)
+    emitted = output_law_rows(rule, target_probs, draft_probs)
+    emitted = emitted / emitted.sum(axis=-1, keepdims=True)
+    mean_kl = float(np.mean(divergences.rows("kl", emitted, target_probs)))
+    mean_acceptance = float(np.mean(acceptance_rows(rule, target_probs, draft_probs)))
+    if not np.isfinite(mean_kl):
+        return 1.0 - mean_acceptance
+    best = pool_frontier.frontier_acceptance(target_probs, draft_probs, mean_kl)
+    return best - mean_acceptance
