@@ -44,3 +44,17 @@ def to_numpy(array: object) -> np.ndarray:
     if is_numpy(array):
         return np.asarray(array)
     return np.asarray(array_api_compat.to_device(array, "cpu"))
+
+
+def kth_largest(values, k: int):
+    """The k-th largest entry of each row [..., V] -> [..., 1] (the row's minimum when
+    k >= V), in the rows' namespace: ``np.partition`` for numpy (O(V)), ``topk`` for torch
+    (the array API standard has no selection, and a full sort is O(V log V))."""
+    size = values.shape[-1]
+    place = min(k, size)
+    if is_numpy(values):
+        return -np.partition(-values, place - 1, axis=-1)[..., place - 1 : place]
+    if array_api_compat.is_torch_array(values):
+        return values.topk(place, dim=-1).values[..., place - 1 : place]
+    xp = namespace(values)
+    return xp.sort(values, axis=-1, descending=True)[..., place - 1 : place]

@@ -24,14 +24,6 @@ from typing import Any, ClassVar
 from cactus_theory import rules
 
 
-def kth_largest(target_probs, k: int):
-    """The k-th largest entry of each row [..., V] -> [..., 1] (the minimum when k >= V)."""
-    xp = rules.namespace(target_probs)
-    ordered = xp.sort(target_probs, axis=-1, descending=True)
-    place = min(k, target_probs.shape[-1]) - 1
-    return ordered[..., place : place + 1]
-
-
 def argmax_one_hot(target_probs):
     """e_{argmax q} per row (first index on ties), in the rows' namespace and dtype."""
     xp = rules.namespace(target_probs)
@@ -71,7 +63,7 @@ class RelaxedTopK(rules.DecisionRule):
     def accept_mask(self, target_probs):
         xp = rules.namespace(target_probs)
         largest = xp.max(target_probs, axis=-1, keepdims=True)  # [..., 1] q_max
-        near_top = (target_probs >= kth_largest(target_probs, self.top_k)) & (
+        near_top = (target_probs >= rules.kth_largest(target_probs, self.top_k)) & (
             target_probs >= largest - self.delta
         )
         return near_top | (argmax_one_hot(target_probs) > 0)

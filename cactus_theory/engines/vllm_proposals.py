@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cactus_theory import rules
-from cactus_theory.engines.tensorrt_llm import _top_k, argmax_one_hot, kth_largest
+from cactus_theory.engines.tensorrt_llm import _top_k, argmax_one_hot
 
 
 class RelaxedRatio(rules.DecisionRule):
@@ -44,7 +44,7 @@ class RelaxedRatio(rules.DecisionRule):
     def accept_mask(self, target_probs):
         xp = rules.namespace(target_probs)
         largest = xp.max(target_probs, axis=-1, keepdims=True)  # [..., 1] q_max
-        in_top_k = target_probs >= kth_largest(target_probs, self.top_k)
+        in_top_k = target_probs >= rules.kth_largest(target_probs, self.top_k)
         return in_top_k & (target_probs >= self.ratio * largest)
 
     def recovery(self, target_probs):

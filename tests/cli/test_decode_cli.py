@@ -140,6 +140,35 @@ def test_decode_greedy_jsonl_prompts_and_rule_spec(checkpoints, capsys, tmp_path
     assert out.count("--- prompt") == 2 and "baseline:" not in out
 
 
+def test_a_users_rule_module_decodes_with_the_meter_and_a_cap(checkpoints, capsys, tmp_path):
+    """``--rules-module my_rules.py`` registers the user's rule for ``--rule``; it decodes
+    with the meter and ``--max-kl`` (its ladder: itself, then SpS)."""
+    from cactus_theory import rules
+
+    module = tmp_path / "my_rules.py"
+    module.write_text(
+        "import numpy as np\nfrom cactus_theory import rules\n\n"
+        "class Tripled(rules.BranchRule):\n    name = 'test-cli-tripled'\n\n"
+        "    def raised_mass(self, target_mass, cap=None):\n"
+        "        raised = np.minimum(1.0, 3.0 * target_mass)\n"
+        "        return raised if cap is None else np.minimum(raised, cap)\n\n"
+        "rules.register(Tripled)\n"
+    )
+    summary = tmp_path / "s.json"
+    args = decode_args(checkpoints, "--rule", "test-cli-tripled", "--no-baseline", "--quiet")
+    try:
+        code = cli.main([*args, "--rules-module", str(module), "--max-kl", "0.5"])
+        assert code == 0
+        assert cli.main([*args, "--rules-module", str(module), "--json", str(summary)]) == 0
+        out = capsys.readouterr().out
+        assert "rule test-cli-tripled" in out and "KL(emitted ‖ verifier)" in out
+        assert json.loads(summary.read_text())["speculative"]["kl_per_token"] > 0
+    finally:
+        rules.REGISTRY.pop("test-cli-tripled", None)
+    assert cli.main(args) == 2  # without the module the name is unknown: a usage error
+    assert "unknown rule 'test-cli-tripled'" in capsys.readouterr().err
+
+
 def test_default_pair_is_used_without_model_arguments(checkpoints, capsys, monkeypatch):
     from cactus_theory.decode.runs import Pair
 

@@ -33,7 +33,7 @@ registered rule is checked by ``cactus_theory.testing`` in ``tests/testing/test_
 
 from __future__ import annotations
 
-from cactus_theory.core.arrays import namespace
+from cactus_theory.core.arrays import kth_largest, namespace
 from cactus_theory.core.rules.base import (
     BranchRule,
     DecisionRule,
@@ -102,6 +102,7 @@ __all__ = [
     "gamma_is_elementwise",
     "gsps_accept",
     "gsps_residual",
+    "kth_largest",
     "load_modules",
     "make",
     "names",
