@@ -18,7 +18,7 @@ cell. Cell kinds:
   thresholds, TensorRT-LLM's relaxed top-K, the vLLM proposals' top-K ratio) at a
   published or proposed setting, with cactus, cactus-exact and frontier tuned to its exact
   acceptance (``tradeoff.match_acceptance``): what each pays in emitted KL and TV for the
-  same acceptance;
+  same acceptance (none when the engine's rule accepts less than SpS, which is lossless);
 - ``gamma``, ``drafted``, ``example``: the data of single figures (``sims.figure_data``).
 
 Outputs (``sweep_csv.write_csvs``), one row per cell unless stated: ``tradeoff.csv``,
@@ -429,8 +429,13 @@ def compute_cell(cell: Cell, config: SweepConfig, sources: Sources) -> dict:
 def _engines(cell: Cell, config: SweepConfig, pool: PairPool) -> dict:
     """An engine's rule and each rule of ``engines_matched`` at its exact acceptance."""
     engine = tradeoff.summary(tradeoff.row_stats(rules.parse(cell.rule), pool))
+    lossless = tradeoff.summary(tradeoff.row_stats(rules.make("sps"), pool))["acceptance"]
     matched = {}
     for name in config.engines_matched:
+        if engine["acceptance"] < lossless:
+            # Below SpS: lossless decoding already accepts more, at KL 0.
+            matched[name] = {"below_sps": lossless}
+            continue
         try:
             rule, _ = tradeoff.match_acceptance(name, pool, engine["acceptance"])
         except ValueError as error:  # out of that rule's reach on this pool
@@ -440,7 +445,7 @@ def _engines(cell: Cell, config: SweepConfig, pool: PairPool) -> dict:
             "rule": rules.spec_of(rule),
             **tradeoff.summary(tradeoff.row_stats(rule, pool)),
         }
-    return {"rule": cell.rule, "engine": engine, "matched": matched}
+    return {"rule": cell.rule, "engine": engine, "sps_acceptance": lossless, "matched": matched}
 
 
 def _decode(cell: Cell, config: SweepConfig, sources: Sources) -> dict:

@@ -126,8 +126,9 @@ def write_csvs(
 
 
 def _engine_row(cell: Cell, value: dict) -> dict:
-    """engines.csv: an engine's rule (acceptance, KL, TV, worst row KL) and, per matched
-    rule, its spec, KL and TV at the same acceptance (empty when out of its reach)."""
+    """engines.csv: an engine's rule (acceptance, KL, TV, worst row KL, SpS's acceptance
+    on the same pool) and, per matched rule, its spec, KL and TV at the same acceptance
+    (empty when the engine accepts less than SpS or the rule cannot reach it)."""
     engine = value["engine"]
     row = {
         "source": cell.source,
@@ -136,6 +137,7 @@ def _engine_row(cell: Cell, value: dict) -> dict:
         "emitted_kl": engine["emitted_kl"],
         "emitted_tv": engine["emitted_tv"],
         "emitted_kl_max": engine["emitted_kl_max"],
+        "sps_acceptance": value["sps_acceptance"],
     }
     for name, matched in value["matched"].items():
         prefix = name.replace("-", "_")
