@@ -192,6 +192,11 @@ def _close(actual: np.ndarray, expected: np.ndarray, what: str) -> str | None:
     return None
 
 
+def _everyday_pairs(strategies):
+    """Pairs of every kind (V up to 32) and pairs after the processors (V up to 64)."""
+    return strategies.st.one_of(strategies.pairs(1, 32), strategies.processed_pairs(2, 64))
+
+
 def _law(rule: Rule, target: np.ndarray, draft: np.ndarray) -> np.ndarray:
     return law.output_law(rule, target, draft)
 
@@ -210,7 +215,7 @@ def _law_is_a_distribution(rule: Rule, strategies, examples: int, seed: int) -> 
             return f"the law sums to {emitted.sum():.12g}"
         return None
 
-    drawn = strategies.st.one_of(strategies.pairs(1, 32), strategies.processed_pairs(2, 64))
+    drawn = _everyday_pairs(strategies)
     return _property(
         "law-is-a-distribution",
         drawn,
@@ -479,7 +484,7 @@ def _budget(rule, strategies, examples, seed, divergence: str, bound: float) -> 
             return f"{divergence.upper()}(emitted law, q) = {value:.9g} > {bound:g}"
         return None
 
-    drawn = strategies.st.one_of(strategies.pairs(1, 32), strategies.processed_pairs(2, 64))
+    drawn = _everyday_pairs(strategies)
     return _property(
         name,
         drawn,
@@ -595,7 +600,7 @@ def _torch_law(rule: Rule, strategies, examples: int, seed: int, device: str) ->
             return f"the meter's KL {metered:.12g} differs from numpy's {wanted:.12g}"
         return None
 
-    drawn = strategies.st.one_of(strategies.pairs(1, 32), strategies.processed_pairs(2, 64))
+    drawn = _everyday_pairs(strategies)
     return _property(
         name,
         drawn,

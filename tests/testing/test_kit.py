@@ -3,6 +3,7 @@ reports without raising, and refuses bad arguments by name."""
 
 import numpy as np
 import pytest
+from rule_examples import EntropyGamma
 
 from cactus_theory import rules
 from cactus_theory.cli import dispatch
@@ -11,17 +12,11 @@ from cactus_theory.sampler.rules import TorchCactus, TorchSpS, register_adapter
 from cactus_theory.testing import CHECKS, check_rule, parametrize_with_rule_checks
 
 
-class EntropyGammaClaimingMass(rules.BranchRule):
+class EntropyGammaClaimingMass(EntropyGamma):
     """γ reads the row's entropy, yet declares γ from q_n alone."""
 
     name = "test-liar-gamma"
     gamma_from_mass = True
-
-    def raised_mass(self, target_mass, cap=None):
-        logs = np.log(np.where(target_mass > 0, target_mass, 1.0))
-        entropy = -np.sum(target_mass * logs, axis=-1, keepdims=True)
-        raised = np.minimum(1.0, target_mass + entropy / 4)
-        return raised if cap is None else np.minimum(raised, cap)
 
 
 class OverAccepting(rules.Rule):

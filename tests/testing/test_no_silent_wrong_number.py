@@ -11,25 +11,13 @@ law at all). Negative controls show that each fast path *would* be wrong for tha
 import numpy as np
 import pytest
 import torch
+from rule_examples import EntropyGamma
 
 from cactus_theory import divergences, law, rules
 from cactus_theory.sampler import law as torch_law
 from cactus_theory.testing import check_rule
 from sims import tradeoff
 from sims.pools import PairPool
-
-
-class EntropyGamma(rules.BranchRule):
-    """γ_n = min(1, q_n + H(q)/4): reads the whole row, written (as users did) in
-    ``raised_mass`` on what it is given."""
-
-    name = "test-entropy-gamma"
-
-    def raised_mass(self, target_mass, cap=None):
-        logs = np.log(np.where(target_mass > 0, target_mass, 1.0))
-        entropy = -np.sum(target_mass * logs, axis=-1, keepdims=True)
-        raised = np.minimum(1.0, target_mass + entropy / 4)
-        return raised if cap is None else np.minimum(raised, cap)
 
 
 class VocabularyTAS(rules.DecisionRule):
