@@ -23,6 +23,9 @@ def test_request_spec_check_names_the_field():
     cases = [
         ({"cactus_rule": "cactus:delta=-1"}, "probabilistic", "delta: must be >= 0"),
         ({"cactus_rule": 7}, "probabilistic", "expected a rule spec string"),
+        ({"cactus_rule": [1, 2]}, "probabilistic", "got list"),
+        ({"cactus_rule": {"a": 1}}, "probabilistic", "got dict"),
+        ({"cactus_rule": "os"}, "probabilistic", "unknown rule 'os'"),
         ({"cactus_rule": "nope"}, "probabilistic", "nope"),
         ({"cactus_rule": "cactus:delta=1"}, "greedy", "one-hot drafts"),
     ]
@@ -65,6 +68,9 @@ def test_header_rule_resolves_as_the_engine_does():
     assert serve.header_rule({"temperature": 0.5}, None, 1.0) == "vllm"  # no rule anywhere
     assert serve.header_rule({"vllm_xargs": {"cactus_rule": "bad:"}}, default, 1.0) is None
     assert serve.header_rule([1, 2], default, 1.0) is None
+    # Unhashable values once raised TypeError inside the middleware (an ASGI traceback).
+    for value in ([1, 2], {"rule": "sps"}, 3.5):
+        assert serve.header_rule({"vllm_xargs": {"cactus_rule": value}}, default, 1.0) is None
 
 
 def test_the_collector_exports_the_summaries_exactly():
