@@ -5,8 +5,9 @@ Each subcommand lives in its own package and module, which exposes
 subcommand being run (or asked for ``--help``) is imported, so ``cactus check`` never
 imports torch and ``cactus decode`` never imports cvxpy. The cli layer is the only part of
 cactus_theory that imports proofs_check, sims and paper_figs: here (the commands that live
-there, and the default pairs) and in ``bench_decode`` (``sims.decode_table``, the paper's
-decoding table); the layers below never do (``tests/test_layering.py``).
+there, and the default pairs), in ``bench_decode`` (``sims.decode_table``, the paper's
+decoding table) and in ``bench_hf`` (``sims.datasets``' MT-Bench prompts and the table's
+interval); the layers below never do (``tests/test_layering.py``).
 
 Commands that decode with a pair by default get a pair callable from here:
 ``decode`` and ``bench decode`` the default real pair (``sims.smollm``: SmolLM2 and its
@@ -79,6 +80,10 @@ COMMANDS: dict[str, Command | Group] = {
                 "cactus_theory.cli.bench_decode",
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
+            ),
+            "hf": Command(
+                "cactus_theory.cli.bench_hf",
+                "model.generate() with a rule vs transformers' assisted generation.",
             ),
             "vllm": Command(
                 "cactus_theory.cli.bench_vllm",
