@@ -227,7 +227,7 @@ def cactus_generate(
         raise ValueError("draft_model: cactus_generate needs a draft model (draft_model=...)")
     temperature, top_k, top_p = _sampling_settings(generation_config, logits_processor)
     max_length, eos, extra_criteria = _split_criteria(stopping_criteria, generation_config)
-    batch, prompt_length = input_ids.shape
+    prompt_length = input_ids.shape[1]
     mask = model_kwargs.get("attention_mask")
     if mask is None:
         mask = torch.ones_like(input_ids)
@@ -250,7 +250,7 @@ def cactus_generate(
         divergence=divergence,
         max_kl=max_kl,
         stopping=stopping,
-        streamer=None if streamer is None else _PromptAlreadySent(streamer),
+        streamer=streamer if streamer is None or not caller else _PromptAlreadySent(streamer),
     )
     if getattr(generation_config, "return_dict_in_generate", False):
         return CactusGenerateOutput.of(result, input_ids.device)
@@ -422,7 +422,8 @@ class _RowCriteria:
 
 
 class _PromptAlreadySent:
-    """A streamer whose prompt generate() has already put: drops the decoder's first put."""
+    """A streamer whose prompt generate() has already put (called from generate()): drops
+    the decoder's first put."""
 
     def __init__(self, streamer) -> None:
         self.streamer = streamer
