@@ -88,6 +88,10 @@ COMMANDS: dict[str, Command | Group] = {
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
             ),
+            "hf": Command(
+                "cactus_theory.cli.bench_hf",
+                "model.generate() with a rule vs transformers' assisted generation.",
+            ),
             "vllm": Command(
                 "cactus_theory.cli.bench_vllm",
                 "Every rule inside vLLM (AL, tokens/s, KL/token) beside vLLM's own sampler.",

@@ -116,6 +116,19 @@ def check_generator(generator):
         raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
 
 
+def check_hooks(stopping, streamer) -> None:
+    """``stopping`` must be callable; ``streamer`` must have ``put`` and ``end``."""
+    if stopping is not None and not callable(stopping):
+        raise ValueError(f"stopping: expected a callable, got {type(stopping).__name__}")
+    if streamer is not None and not all(
+        callable(getattr(streamer, name, None)) for name in ("put", "end")
+    ):
+        raise ValueError(
+            f"streamer: expected an object with put() and end() (transformers' BaseStreamer), "
+            f"got {type(streamer).__name__}"
+        )
+
+
 def parse_rule(rule: Rule | str) -> Rule:
     """A rule object, or one parsed from a spec such as ``"cactus:delta=1.0"``."""
     if isinstance(rule, Rule):

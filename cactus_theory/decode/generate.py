@@ -11,7 +11,8 @@
     measure   the divergence meter records KL(μ ‖ q) of every emitted token
               (``sampler.divergence_meter``);
     commit    accepted drafts and the emitted token are committed left to right, up to
-              EOS (kept) or max_new_tokens (exact);
+              EOS (kept), a ``stopping`` hook's True (kept) or max_new_tokens (exact);
+              a ``streamer`` gets every column all rows have reached;
     roll back both KV caches drop the rejected slots (``cache``; nothing is recomputed);
     retire    finished rows leave the batch.
 
@@ -70,7 +71,7 @@ from cactus_theory.decode.cache import (
 )
 from cactus_theory.decode.checks import model_device, parse_rule
 from cactus_theory.decode.feature_draft import FeatureDraft
-from cactus_theory.decode.result import DecodeResult, Progress, StepLog
+from cactus_theory.decode.result import DecodeResult, Progress, StepLog, Stream
 from cactus_theory.decode.settings import GenerationSettings, Prepared, prepare
 from cactus_theory.sampler.processors import process_logits
 from cactus_theory.util.timing import Clock
@@ -107,6 +108,8 @@ def speculative_generate(
     pad_token_id: int | None = None,
     divergence: bool = True,
     max_kl: float | None = None,
+    stopping=None,
+    streamer=None,
 ) -> DecodeResult:
     """Generate up to ``max_new_tokens`` per row with ``rule``, at most k drafts per step.
 
@@ -124,6 +127,10 @@ def speculative_generate(
         ``sampler.divergence_meter``).
     max_kl : cap every row's Σ_t KL(μ_t ‖ q_t) at this many nats (any rule;
         ``budget.KLBudget``), falling back to SpS when the budget is spent.
+    stopping : ``stopping(row, generated) -> bool`` after every committed token; True
+        finishes the row (``settings`` docstring).
+    streamer : an object with ``put`` and ``end`` (transformers' ``BaseStreamer``), fed as
+        ``generate()`` feeds it (``result.Stream``).
 
     Returns a ``DecodeResult``; see the module docstring for the method.
     """
@@ -133,7 +140,7 @@ def speculative_generate(
         raise ValueError("max_kl: needs the divergence meter (divergence=True)")
     settings = GenerationSettings(
         max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id, generator,
-        meter=divergence,
+        stopping, streamer, meter=divergence,
     )  # fmt: skip
     prepared = prepare(verifier, draft, input_ids, attention_mask, settings)
     budget = None if max_kl is None else KLBudget(rule, max_kl, prepared.batch, prepared.device)
@@ -145,7 +152,8 @@ def _speculative_loop(
 ) -> DecodeResult:
     """The speculative loop: draft, verify, sample, measure, commit, roll back, retire."""
     clock = device_clock(prepared.device)
-    progress = Progress(prepared.batch, prepared.max_new_tokens, prepared.eos, prepared.meter)
+    progress = Progress.of(prepared)
+    stream = Stream(prepared.streamer, prepared)
     log = StepLog(prepared.batch)
     target = CachedModel(verifier, prepared.batch, prepared.device)
     kind = FeatureDraftCache if isinstance(draft, FeatureDraft) else DraftCache
@@ -177,6 +185,7 @@ def _speculative_loop(
                     )
         log.record(active.rows, accepted, num_drafts)
         realised = steps.commit(progress, active, tokens, accepted, num_drafts, measured)
+        stream.push(progress)
         if budget is not None:
             budget.spend(
                 active.rows, torch.tensor(realised, dtype=torch.float64, device=prepared.device)
@@ -184,6 +193,7 @@ def _speculative_loop(
         steps.rollback(target, drafter, draft_ids, accepted, active, features)
         steps.retire(progress, active, [target, drafter])
 
+    stream.end(progress)
     timing = clock.finish(verifier_calls=log.verifier_calls, draft_calls=drafter.calls)
     return progress.result(prepared, *log.stacked(), timing)
 
@@ -208,7 +218,8 @@ def autoregressive_generate(
 
     ``settings`` are the generation keywords ``speculative_generate`` takes, with the same
     meaning and defaults (``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``,
-    ``eos_token_id``, ``pad_token_id``, ``generator``: ``settings.GenerationSettings``);
+    ``eos_token_id``, ``pad_token_id``, ``generator``, ``stopping``, ``streamer``:
+    ``settings.GenerationSettings``);
     any other is a ValueError. ``draft``, ``rule``, ``k`` and ``max_kl`` are accepted and
     ignored, so the two functions can be swapped in a benchmark. One token per verifier
     call, drawn by inverse CDF from the processed law with a uniform from ``generator``;
@@ -218,7 +229,8 @@ def autoregressive_generate(
     settings = GenerationSettings.from_keywords(settings, meter=divergence)
     prepared = prepare(verifier, None, input_ids, attention_mask, settings)
     clock = device_clock(prepared.device)
-    progress = Progress(prepared.batch, prepared.max_new_tokens, prepared.eos, prepared.meter)
+    progress = Progress.of(prepared)
+    stream = Stream(prepared.streamer, prepared)
     model = CachedModel(verifier, prepared.batch, prepared.device)
     active = steps.start(prepared, model, None, clock)
     verifier_calls = 0
@@ -233,8 +245,10 @@ def autoregressive_generate(
             token = sampler.inverse_cdf(law, uniforms)  # [A]
         for row, value in zip(active.rows.tolist(), token.tolist(), strict=True):
             progress.commit(row, [value], [0.0], [0.0])
+        stream.push(progress)
         active.last, active.count = token, active.count + 1
         steps.retire(progress, active, [model])
+    stream.end(progress)
     timing = clock.finish(verifier_calls=verifier_calls, draft_calls=0)
     return progress.result(prepared, *StepLog(prepared.batch).stacked(), timing)
 

@@ -1,6 +1,7 @@
 """What a generate call returns (``DecodeResult``) and the per-row record it is built from
 (``Progress``: committed tokens, their KL and TV, which rows have finished), plus
-``StepLog``, the per-step accepted drafts and draft counts of every original row.
+``StepLog``, the per-step accepted drafts and draft counts of every original row, and
+``Stream``, which feeds a streamer the columns of generated tokens as ``generate()`` does.
 """
 
 from __future__ import annotations
@@ -94,19 +95,30 @@ class DecodeResult:
 class Progress:
     """Per original row: committed tokens, their KL and TV, and whether it has finished."""
 
-    def __init__(self, batch: int, max_new_tokens: int, eos: list[int], metered: bool) -> None:
+    def __init__(
+        self, batch: int, max_new_tokens: int, eos: list[int], metered: bool, stopping=None
+    ) -> None:
         self.generated: list[list[int]] = [[] for _ in range(batch)]
         self.kl: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
         self.tv: list[list[float]] | None = [[] for _ in range(batch)] if metered else None
         self.finished = [max_new_tokens == 0] * batch
         self.max_new_tokens = max_new_tokens
         self.eos = set(eos)
+        self.stopping = stopping  # (row, generated) -> bool (``settings`` docstring)
+
+    @classmethod
+    def of(cls, prepared: Prepared) -> Progress:
+        return cls(
+            prepared.batch, prepared.max_new_tokens, prepared.eos, prepared.meter,
+            prepared.stopping,
+        )  # fmt: skip
 
     def remaining(self, row: int) -> int:
         return self.max_new_tokens - len(self.generated[row])
 
     def commit(self, row: int, tokens: list[int], kl: list[float], tv: list[float]) -> int:
-        """Append tokens left to right until EOS or the budget; returns how many were kept."""
+        """Append tokens left to right until EOS, the budget or the stopping hook; returns
+        how many were kept."""
         kept = 0
         for token in tokens:
             if self.finished[row]:
@@ -118,6 +130,8 @@ class Progress:
             kept += 1
             if token in self.eos or self.remaining(row) == 0:
                 self.finished[row] = True
+            elif self.stopping is not None:
+                self.finished[row] = bool(self.stopping(row, self.generated[row]))
         return kept
 
     def result(
@@ -176,3 +190,36 @@ class StepLog:
             empty = torch.zeros(0, self.batch, dtype=torch.int64)
             return empty, empty
         return torch.stack(self.accepted), torch.stack(self.drafts)
+
+
+class Stream:
+    """Feeds ``streamer`` (``put``, ``end``) what ``generate()`` would: the prompts [B, P],
+    then each generated column [B] as soon as every unfinished row has reached it (rows
+    that have finished contribute ``pad_id``), then ``end()``. With ``streamer`` None
+    every call does nothing."""
+
+    def __init__(self, streamer, prepared: Prepared) -> None:
+        self.streamer = streamer
+        self.pad_id = prepared.pad_id
+        self.sent = 0  # columns already put
+        if streamer is not None:
+            streamer.put(prepared.input_ids.cpu())
+
+    def push(self, progress: Progress) -> None:
+        """Put every column that all unfinished rows have reached."""
+        if self.streamer is None:
+            return
+        lengths = [len(tokens) for tokens in progress.generated]
+        open_lengths = [n for n, done in zip(lengths, progress.finished, strict=True) if not done]
+        ready = min(open_lengths) if open_lengths else max(lengths, default=0)
+        for column in range(self.sent, ready):
+            values = [t[column] if column < len(t) else self.pad_id for t in progress.generated]
+            self.streamer.put(torch.tensor(values, dtype=torch.int64))  # [B]
+        self.sent = max(self.sent, ready)
+
+    def end(self, progress: Progress) -> None:
+        """Put the remaining columns, then ``end()``."""
+        if self.streamer is None:
+            return
+        self.push(progress)
+        self.streamer.end()

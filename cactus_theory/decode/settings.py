@@ -1,13 +1,24 @@
 """The settings both generate functions share, and their validation.
 
 ``GenerationSettings`` holds what ``speculative_generate`` and ``autoregressive_generate``
-take alike (length, processors, EOS and padding, randomness, the meter); ``prepare`` checks
-it with the models and the prompts (a ValueError naming the argument) and resolves the
-defaults into a ``Prepared``: what the loops read.
+take alike (length, processors, EOS and padding, randomness, the meter, the two hooks);
+``prepare`` checks it with the models and the prompts (a ValueError naming the argument)
+and resolves the defaults into a ``Prepared``: what the loops read.
+
+The hooks (what ``decode.hf`` maps transformers' stopping criteria and streamer onto):
+
+- ``stopping(row, generated) -> bool``, called after every committed token with the
+  original row index and that row's generated tokens so far (a list of ids, the new
+  token last); True finishes the row there, the token kept (as EOS does);
+- ``streamer``, an object with ``put(ids)`` and ``end()`` (transformers' ``BaseStreamer``):
+  it gets the prompts [B, P] first, then each column of generated tokens [B] once every
+  row has it (``pad_token_id`` for rows already finished), then ``end()``: the calls
+  ``generate()`` makes, in the same order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -16,6 +27,7 @@ from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.decode.checks import (
     check_context,
     check_generator,
+    check_hooks,
     check_inputs,
     eos_ids,
     model_device,
@@ -38,6 +50,8 @@ class GenerationSettings:
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
     generator: torch.Generator | None = None
+    stopping: Callable[[int, list[int]], bool] | None = None
+    streamer: object | None = None  # put(ids), end(): transformers' BaseStreamer
     meter: bool = True  # the ``divergence`` keyword: run the divergence meter
 
     @classmethod
@@ -65,6 +79,8 @@ class Prepared:
     max_new_tokens: int
     generator: torch.Generator | None
     meter: bool
+    stopping: Callable[[int, list[int]], bool] | None = None
+    streamer: object | None = None
 
     @property
     def batch(self) -> int:
@@ -76,6 +92,7 @@ def prepare(verifier, draft, input_ids, attention_mask, settings: GenerationSett
     padding from the verifier's generation config, the mask (all 1 by default)."""
     processors = sampling_settings(settings.temperature, settings.top_k, settings.top_p)
     check_generator(settings.generator)
+    check_hooks(settings.stopping, settings.streamer)
     device = model_device(verifier, "verifier")
     vocab = vocab_size(verifier)
     if draft is not None:
@@ -100,5 +117,5 @@ def prepare(verifier, draft, input_ids, attention_mask, settings: GenerationSett
     pad_id = resolve_pad_id(pad_token_id, eos, vocab)
     return Prepared(
         ids, mask, processors, eos, pad_id, device, vocab, max_new_tokens, settings.generator,
-        settings.meter,
+        settings.meter, settings.stopping, settings.streamer,
     )  # fmt: skip
