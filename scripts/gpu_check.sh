@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for the torch export (sampler + decoder), within 8 minutes on one CUDA device.
+# GPU check for the torch export (sampler, decoder, open rules), within 9 minutes on one
+# CUDA device.
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]
 #
@@ -7,15 +8,19 @@
 #    answers of train-draft (generation and labels) on a tiny verifier there; tests/decode
 #    includes test_hf_generate.py (model.generate(custom_generate=cactus_generate): greedy
 #    equality with generate() on a ragged batch, same seed as speculative_generate, streamer);
-# 2. cactus bench sampler --device cuda (B=64, k=10, V=151,936, float32);
-# 3. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there).
+# 2. the property-test kit's torch checks on CUDA (cactus check --rule --device cuda) for
+#    every registered rule and the docs' example rule: same tokens as numpy from the same
+#    uniforms, the torch law and the meter equal numpy's, the sampler's law by chi-square;
+# 3. cactus bench sampler --device cuda: the built-ins at B=64, k=10, V=151,936, then every
+#    rule (engines' and the docs' example on the generic adapter) at B=8, k=5, V=49,152;
+# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there).
 #
 # The pair: if $CACTUS_CACHE (default ~/.cache/cactus-theory) already holds the CPU-trained
 # pair (copy that folder along to reuse it), it is used; otherwise a pair with the same
 # configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
 # minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
 # OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 140 s,
-# sampler 100 s, pair 100 s, decode 120 s (worst case 460 s, under 8 minutes with start-up).
+# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s (worst case 540 s).
 # Exit status 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,9 +42,34 @@ CACTUS_TEST_DEVICE=cuda timeout 140 python -m pytest -q -p no:cacheprovider \
   2>&1 | tee "$out/tests.log" | tail -5
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+stamp "rule kit on CUDA"
+# The docs' worked example (docs/rules.md's first Python block) as a rules module.
+python - "$out/my_rules.py" <<'EOF'
+import re, sys
+from pathlib import Path
+text = Path("docs/rules.md").read_text()
+Path(sys.argv[1]).write_text(re.findall(r"```python\n(.*?)```", text, flags=re.S)[0])
+EOF
+kit_rules=(sps cactus:delta=1.0 cactus-exact:delta=0.5 frontier:delta=0.3 pareto:spread=2.0
+  interp:alpha=0.3 tas topk:k=3 greedy sglang:threshold_single=0.3,threshold_acc=0.5
+  relaxed:top_k=10,delta=0.6 relaxed-ratio:top_k=3,ratio=0.3 scaled-cactus:delta=1.0)
+timeout 90 python -m cactus_theory.cli check --device cuda --examples 25 \
+  --rules-module "$out/my_rules.py" \
+  --only torch-decisions-equal-numpy torch-law-equals-numpy sampler-law-chi-square \
+  $(printf -- "--rule %s " "${kit_rules[@]}") > "$out/rule_kit.log" 2>&1
+[ "$?" -eq 0 ] || status=1
+grep -E "^check_rule|FAILED|failed" "$out/rule_kit.log"
+
 stamp "bench sampler"
-timeout 100 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 \
+timeout 60 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 \
   --json "$out/bench_sampler.json" 2>&1 | tee "$out/bench_sampler.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+timeout 50 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 \
+  --workload 8x5x49152 --rules-module "$out/my_rules.py" \
+  --rule sps --rule cactus:delta=1.0 --rule tas --rule relaxed:top_k=10,delta=0.6 \
+  --rule sglang:threshold_single=0.3,threshold_acc=0.3 --rule relaxed-ratio:top_k=4,ratio=0.5 \
+  --rule scaled-cactus:delta=1.0 \
+  --json "$out/bench_sampler_open.json" 2>&1 | tee "$out/bench_sampler_open.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 stamp "pair"
@@ -72,7 +102,7 @@ EOF
 pair_args=(--verifier "$pair_dir/verifier" --draft "$pair_dir/draft" --prompts "$pair_dir/heldout_prompts.jsonl")
 
 stamp "bench decode"
-timeout 120 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
+timeout 100 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
   --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
 grep -v "it/s\]" "$out/bench_decode.log" | tail -16
 stamp "done (status $status)"
