@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from cactus_theory import divergences, law, rules
+from cactus_theory import law, rules
 from cactus_theory.core import validate
-from cactus_theory.core.rules.base import Rule, exact_family, gsps_accept
+from cactus_theory.core.rules.base import Rule
+from cactus_theory.core.stats import branch_kl, position_stats
 from sims.pools import PairPool
 
 Array = np.ndarray
@@ -41,54 +42,12 @@ class RowStats:
     reachable: Array  # Σ_{x: q_x > 0} p_x: the most any finite-KL rule can accept
 
 
-def position_stats(rule: Rule, target: Array, draft: Array) -> tuple[Array, Array, Array, Array]:
-    """(a [R, V], acceptance [R], KL(μ‖q) [R], TV(μ, q) [R]) with one solve per row.
-
-    The same formulas as ``law.acceptance_rows`` (Σ_n p_n a_n) and ``law.output_law_rows``
-    (μ), sharing the rule's adjusted target h (target rules) or raised masses γ (branch
-    rules) between them instead of solving for them once per quantity; any other rule
-    (``rules.exact_family``) goes through those two functions as they are.
-    """
-    family = exact_family(rule)
-    if family == "target":
-        adjusted = rule.target_law(target, draft)
-        accept = gsps_accept(adjusted, draft)
-        emitted = law.target_rule_law(adjusted, draft)
-    elif family == "branch":
-        raised = rule.raised_masses(target, draft, cap=draft)
-        accept = gsps_accept(raised, draft)
-        emitted = law.branch_rule_law(raised, target, draft)
-    else:
-        accept = rule.accept_probs(target, draft)
-        emitted = law.output_law_rows(rule, target, draft)
-    emitted = emitted / emitted.sum(axis=-1, keepdims=True)
-    return (
-        accept,
-        (draft * accept).sum(axis=-1),
-        divergences.kl_rows(emitted, target),
-        divergences.tv_rows(emitted, target),
-    )
-
-
 def row_stats(rule: Rule, pool: PairPool) -> RowStats:
     """Exact per-row acceptance, emitted KL/TV and worst per-branch KL (module docstring)."""
     target, draft = pool.target_probs, pool.draft_probs
     _, acceptance, emitted_kl, emitted_tv = position_stats(rule, target, draft)
     reachable = np.where(target > 0, draft, 0.0).sum(axis=-1)
     return RowStats(acceptance, emitted_kl, emitted_tv, branch_kl(rule, target, draft), reachable)
-
-
-def branch_kl(rule: Rule, target: Array, draft: Array) -> Array:
-    """max over drafted n (p_n > 0) of KL(h^n‖q), per row; NaN for decision rules and the
-    general family (no per-branch target h)."""
-    family = exact_family(rule)
-    if family == "branch":
-        drafted = draft > 0
-        per_branch = divergences.binary("kl", rule.raised_masses(target, draft), target)
-        return np.max(np.where(drafted, per_branch, -np.inf), axis=-1)
-    if family == "target":
-        return divergences.kl_rows(rule.target_law(target, draft), target)
-    return np.full(target.shape[0], np.nan)
 
 
 def summary(stats: RowStats) -> dict[str, float]:
