@@ -70,6 +70,36 @@ class DecodeResult:
         return self.mean_accepted
 
     @property
+    def steps(self) -> int:
+        """Verify steps over all rows (a step of a row that was active)."""
+        return int((self.accepted_lengths >= 0).sum())
+
+    @property
+    def reached_by_position(self) -> list[int]:
+        """n_j for draft positions j = 1..k_max: the verify steps that reached draft j (at
+        least j drafts, the first j − 1 accepted)."""
+        active = self.accepted_lengths >= 0  # [steps, B]
+        k_max = int(self.draft_counts[active].max()) if bool(active.any()) else 0
+        return [
+            int((active & (self.draft_counts >= j) & (self.accepted_lengths >= j - 1)).sum())
+            for j in range(1, k_max + 1)
+        ]
+
+    @property
+    def alpha_by_position(self) -> list[float]:
+        """α_j for draft positions j = 1..k_max: of the n_j steps that reached draft j
+        (``reached_by_position``), the share that accepted it, (#accepted >= j) / n_j;
+        NaN where no step reached j. Its standard error is sqrt(α_j (1 − α_j) / n_j)
+        if steps were independent."""
+        reached = self.reached_by_position
+        active = self.accepted_lengths >= 0
+        alphas = []
+        for j, count in enumerate(reached, start=1):
+            taken = int((active & (self.draft_counts >= j) & (self.accepted_lengths >= j)).sum())
+            alphas.append(taken / count if count else float("nan"))
+        return alphas
+
+    @property
     def tokens_per_call(self) -> float:
         """Tokens emitted per verifier call: AL + 1 (the residual or bonus token)."""
         return 1.0 + self.mean_accepted
