@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from cactus_theory.core import block, validate
+from cactus_theory.core import block, stats, validate
 from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import inverse_cdf, verify_block
-from sims import rows, tradeoff
+from sims import rows
 from sims.pools import PairPool
 from sims.realtext import TextModels
 
@@ -181,7 +181,7 @@ def simulate_pool(
     rule = _check_rule(rule)
     k, count, length = settings.k, settings.num_sequences, settings.length
     rng = np.random.default_rng(seed)
-    _, acceptance, kl, tv = tradeoff.position_stats(rule, pool.target_probs, pool.draft_probs)
+    _, acceptance, kl, tv = stats.position_stats(rule, pool.target_probs, pool.draft_probs)
     tally = _Tally(k, count, length)
     produced = np.zeros(count, dtype=np.int64)
     while True:
@@ -359,7 +359,7 @@ def _verify_positions(rule, models: TextModels, work, draft_rows, drafted, accep
             break
         aligned = rows.align(target, draft_rows[i].take(which))
         column = aligned.column_of(drafted[which, i])
-        accept, exact, kl, tv = tradeoff.position_stats(
+        accept, exact, kl, tv = stats.position_stats(
             rule, aligned.target_probs, aligned.draft_probs
         )
         decided = accept_u[which, i] < accept[np.arange(which.size), column]

@@ -25,7 +25,7 @@ from scipy import optimize
 from cactus_theory import law, rules
 from cactus_theory.core import validate
 from cactus_theory.core.rules.base import Rule
-from cactus_theory.core.stats import branch_kl, position_stats
+from cactus_theory.core.stats import exact_stats
 from sims.pools import PairPool
 
 Array = np.ndarray
@@ -45,9 +45,9 @@ class RowStats:
 def row_stats(rule: Rule, pool: PairPool) -> RowStats:
     """Exact per-row acceptance, emitted KL/TV and worst per-branch KL (module docstring)."""
     target, draft = pool.target_probs, pool.draft_probs
-    _, acceptance, emitted_kl, emitted_tv = position_stats(rule, target, draft)
+    found = exact_stats(rule, target, draft)
     reachable = np.where(target > 0, draft, 0.0).sum(axis=-1)
-    return RowStats(acceptance, emitted_kl, emitted_tv, branch_kl(rule, target, draft), reachable)
+    return RowStats(found.acceptance, found.kl, found.tv, found.branch_kl, reachable)
 
 
 def summary(stats: RowStats) -> dict[str, float]:

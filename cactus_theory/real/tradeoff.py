@@ -93,11 +93,11 @@ def rule_stats(pool: RealPool, rule: Rule | str) -> RuleStats:
     worst_branch, infinite, count = -math.inf, 0, 0
     for part in pool.chunks(size):
         target, draft = pool.rows(part, full=whole)
-        _, acceptance, kl, tv = stats.position_stats(chosen, target, draft)
-        finite = np.isfinite(kl)
+        found = stats.exact_stats(chosen, target, draft)
+        finite = np.isfinite(found.kl)
         infinite += int((~finite).sum())
-        sums += [acceptance.sum(), np.where(finite, kl, 0.0).sum(), tv.sum()]
-        branch = stats.branch_kl(chosen, target, draft)
+        sums += [found.acceptance.sum(), np.where(finite, found.kl, 0.0).sum(), found.tv.sum()]
+        branch = found.branch_kl
         if not np.all(np.isnan(branch)):
             worst_branch = max(worst_branch, float(np.nanmax(branch)))
         count += target.shape[0]

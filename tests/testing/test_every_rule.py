@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from cactus_theory import law, rules
+from cactus_theory.core import stats
 from cactus_theory.decode.budget import ladder
 from cactus_theory.testing import check_rule
-from sims import tradeoff
 
 #: One spec per registered rule (parameters where the rule is lossy, so every path works).
 EXAMPLES = {
@@ -88,7 +88,10 @@ def test_tradeoff_statistics_and_the_budget_ladder(spec):
     generator = np.random.default_rng(7)
     target = generator.dirichlet(np.full(16, 0.3), size=25)
     draft = generator.dirichlet(np.full(16, 0.3), size=25)
-    accept, acceptance, kl, tv = tradeoff.position_stats(rule, target, draft)
+    found = stats.exact_stats(rule, target, draft)
+    accept, acceptance, kl, tv = found.accept, found.acceptance, found.kl, found.tv
+    # the branch KL from the one solve equals the separate solve of stats.branch_kl
+    np.testing.assert_allclose(found.branch_kl, stats.branch_kl(rule, target, draft), rtol=1e-12)
     emitted = law.output_law(rule, target, draft)
     np.testing.assert_allclose(acceptance, law.acceptance(rule, target, draft), atol=1e-12)
     np.testing.assert_allclose(accept, rule.accept_probs(target, draft), atol=1e-12)
