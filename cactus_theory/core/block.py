@@ -54,14 +54,20 @@ def tokens_per_call(alpha: object, k: int | None = None) -> float:
     return expected_accepted(alpha, k) + 1.0
 
 
-def speedup(alpha: object, k: int | None = None, cost_ratio: float = 0.0) -> float:
-    """Walltime speed-up over autoregressive decoding: (E[L] + 1)/(k c + 1).
+def speedup(
+    alpha: object, k: int | None = None, cost_ratio: float = 0.0, verify_cost: float = 1.0
+) -> float:
+    """Walltime speed-up over autoregressive decoding: (E[L] + 1)/(k c + v).
 
-    For constant α this equals (1 − α^{k+1})/((1 − α)(k c + 1)) (Leviathan et al., Thm 3.8).
+    c is the cost of one draft token and v the cost of one verify call of k + 1 tokens,
+    both in autoregressive steps of the verifier (v = 1 in Leviathan et al.'s model, where
+    for constant α this equals (1 − α^{k+1})/((1 − α)(k c + 1)), their Thm 3.8; on a
+    compute-bound device v grows towards k + 1).
     """
     values = _alphas(alpha, k)
     cost = validate.nonnegative("cost_ratio", cost_ratio)
-    return tokens_per_call(values) / (values.size * cost + 1.0)
+    verify = validate.positive("verify_cost", verify_cost)
+    return tokens_per_call(values) / (values.size * cost + verify)
 
 
 def leviathan_speedup(alpha: float, k: int, cost_ratio: float) -> float:

@@ -125,10 +125,8 @@ def predicted_speedup(
     acceptance: float, k: int, draft_cost: float, verify_cost: float = 1.0
 ) -> float:
     """(AL_k + 1)/(k c + v_k): tokens per verify call over its cost in autoregressive
-    steps (Leviathan et al. when v_k = 1)."""
-    if not verify_cost > 0:
-        raise ValueError(f"verify_cost: must be positive, got {verify_cost}")
-    return (predicted_al(acceptance, k) + 1.0) / (k * draft_cost + verify_cost)
+    steps (``core.block.speedup``; Leviathan et al. when v_k = 1)."""
+    return block.speedup(acceptance, k, cost_ratio=draft_cost, verify_cost=verify_cost)
 
 
 @dataclass
@@ -196,3 +194,85 @@ def dominance_violations(result: Tradeoff, tolerance: float = 1e-9) -> list[str]
         for row in result.rows
         if row.stats.acceptance > row.frontier_acceptance + tolerance
     ]
+
+
+def _number(value: float) -> float | None:
+    """JSON has no infinity or NaN: those are written as null (``kl_infinite`` and the
+    family say which)."""
+    return float(value) if math.isfinite(value) else None
+
+
+def to_json(result: Tradeoff, *, pair: Mapping | None = None, settings: Mapping | None = None):
+    """The trade-off as plain JSON data::
+
+        {"positions": N, "pair": {...}, "settings": {...},
+         "rows": [{"rule": spec, "label", "family", "acceptance", "kl_per_token",
+                   "tv_per_token", "max_branch_kl", "kl_infinite", "frontier_acceptance",
+                   "predicted_al": {"1": AL_1, ...}, "predicted_speedup": {...}}],
+         "frontier": [{"kl": K, "acceptance": A*(K)}, ...]}
+
+    An infinite KL per token (the rule can emit a token the verifier excludes) or a
+    missing branch KL is null."""
+    rows = []
+    for row in result.rows:
+        found = row.stats
+        rows.append(
+            {
+                "rule": found.spec,
+                "label": parse(found.spec).label,
+                "family": found.family,
+                "acceptance": found.acceptance,
+                "kl_per_token": _number(found.kl_per_token),
+                "tv_per_token": found.tv_per_token,
+                "max_branch_kl": _number(found.max_branch_kl),
+                "kl_infinite": found.kl_infinite,
+                "frontier_acceptance": row.frontier_acceptance,
+                "predicted_al": {str(k): value for k, value in row.predicted_al.items()},
+                "predicted_speedup": {str(k): value for k, value in row.predicted_speedup.items()},
+            }
+        )
+    return {
+        "positions": result.positions,
+        "pair": dict(pair or {}),
+        "settings": dict(settings or {}),
+        "rows": rows,
+        "frontier": [{"kl": kl, "acceptance": value} for kl, value in result.frontier],
+    }
+
+
+#: The CSV's columns, in order (``write_csv``).
+CSV_COLUMNS = (
+    "rule",
+    "label",
+    "family",
+    "acceptance",
+    "kl_per_token",
+    "tv_per_token",
+    "max_branch_kl",
+    "kl_infinite",
+    "frontier_acceptance",
+)
+
+
+def csv_text(data: Mapping) -> str:
+    """One line per rule of ``to_json``'s data: ``CSV_COLUMNS``, then predicted_al_k and
+    predicted_speedup_k for each k (empty where unknown; inf for an infinite KL)."""
+    import csv
+    import io
+
+    ks = sorted({int(k) for row in data["rows"] for k in row["predicted_al"]})
+    speed_ks = sorted({int(k) for row in data["rows"] for k in row["predicted_speedup"]})
+    header = [*CSV_COLUMNS]
+    header += [f"predicted_al_{k}" for k in ks]
+    header += [f"predicted_speedup_{k}" for k in speed_ks]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in data["rows"]:
+        values = [row[column] for column in CSV_COLUMNS]
+        if row["kl_per_token"] is None:
+            values[CSV_COLUMNS.index("kl_per_token")] = "inf"
+        values += [row["predicted_al"].get(str(k), "") for k in ks]
+        values += [row["predicted_speedup"].get(str(k), "") for k in speed_ks]
+        writer.writerow(["" if value is None else value for value in values])
+    return buffer.getvalue()
