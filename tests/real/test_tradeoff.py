@@ -149,8 +149,10 @@ def test_json_and_csv_follow_the_schema(pool):
     assert lines[0].endswith("predicted_al_1,predicted_al_2")
     assert len(lines) == 4
     relaxed = again["rows"][2]
-    if relaxed["kl_per_token"] is None:  # it can emit excluded tokens: infinite KL
-        assert ",inf," in lines[3]
+    assert relaxed["kl_per_token"] is None  # it emits tokens top-k excluded: infinite KL
+    assert ",inf," in lines[3]
+    # at an infinite KL the frontier is h = p, which accepts every draft
+    assert relaxed["frontier_acceptance"] == 1.0
 
 
 def test_bad_arguments_name_themselves(pool):
