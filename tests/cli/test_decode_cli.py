@@ -13,7 +13,16 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from cactus_theory.cli import dispatch as cli
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
+
+
+@pytest.fixture
+def private_cache(tmp_path_factory, monkeypatch):
+    """A temporary CACTUS_CACHE: ``--dtype auto`` caches its choice there, never in the
+    user's cache."""
+    folder = tmp_path_factory.mktemp("cactus-cache")
+    monkeypatch.setenv("CACTUS_CACHE", str(folder))
+    return folder
 
 
 TEXT = [
