@@ -403,7 +403,9 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "accepted_histogram": [speculative.accepted.count(v) for v in range(k + 1)],
             "steps": speculative.steps,
             "reached_by_position": speculative.reached_by_position,
-            "alpha_by_position": speculative.alpha_by_position,
+            "alpha_by_position": [  # None where no step reached the position
+                None if alpha != alpha else alpha for alpha in speculative.alpha_by_position
+            ],
             "timing_s": speculative.timing,
         },
     }
