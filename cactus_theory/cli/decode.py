@@ -57,6 +57,9 @@ PARAMETER_FLAGS = ("delta", "alpha", "epsilon", "divergence")
 #: The rule without --rule, and its δ without --delta, so that a bare ``cactus decode`` runs.
 DEFAULT_RULE = "cactus"
 DEFAULT_DELTA = 1.0
+#: A verify call costing more than this many autoregressive steps is called compute-bound
+#: (memory-bound, k + 1 tokens cost about what one does: v ≈ 1).
+COMPUTE_BOUND_V = 1.5
 
 
 # --- arguments shared with ``cactus bench decode`` --------------------------------------------
@@ -310,9 +313,10 @@ def meter_text(totals: Totals) -> str:
 
 def why_lines(speedup: float, costs: StepCosts, speculative: Totals, k: int) -> list[str]:
     """The speed-up explained from the run's own numbers (``decode.runs.StepCosts``): one
-    line, and when it is below 1 the reason: a verify call costing nearly k + 1 steps
-    (compute-bound: a large batch or float32 on a CPU), drafting too dear, or too few
-    accepted drafts for the cost."""
+    line, and when it is below 1 the reason: what a step costs against what it yields, and
+    which of these applies: a verify call costing more than ``COMPUTE_BOUND_V`` steps
+    (compute-bound: a large batch or float32 on a CPU), drafting dearer than verifying,
+    fewer than k/2 drafts accepted per step, or overheads eating a predicted gain."""
     alphas = ", ".join(
         "-" if alpha != alpha else f"{alpha:.2f}" for alpha in speculative.alpha_by_position
     )
@@ -329,10 +333,11 @@ def why_lines(speedup: float, costs: StepCosts, speculative: Totals, k: int) -> 
         f"a step costs k c + v = {spent:.2f} autoregressive steps (+ {costs.other_cost:.2f} "
         f"rest) but yields AL + 1 = {speculative.tokens_per_call:.2f} tokens"
     ]
-    if costs.verify_cost > 0.5 * (k + 1):
+    if costs.verify_cost > COMPUTE_BOUND_V:
         reasons.append(
-            f"the verify call of {k + 1} tokens alone costs {costs.verify_cost:.2f} steps: "
-            "the verifier is compute-bound here (batch 1, --dtype auto or a smaller k help)"
+            f"the verify call of {k + 1} tokens per row costs v = {costs.verify_cost:.2f} "
+            "steps, not about 1: the verifier is compute-bound at this batch size and dtype "
+            "(batch 1, --dtype auto or a smaller k help)"
         )
     if k * costs.draft_cost >= costs.verify_cost:
         reasons.append(

@@ -543,14 +543,15 @@ def test_why_lines_name_the_costs_that_make_speculation_lose():
     )
     assert lines[1] == (
         "below 1 because a step costs k c + v = 3.50 autoregressive steps (+ 0.25 rest) but "
-        "yields AL + 1 = 1.50 tokens; the verify call of 3 tokens alone costs 2.50 steps: the "
-        "verifier is compute-bound here (batch 1, --dtype auto or a smaller k help); few "
-        "drafts are accepted (AL 0.50 of k=2)"
+        "yields AL + 1 = 1.50 tokens; the verify call of 3 tokens per row costs v = 2.50 "
+        "steps, not about 1: the verifier is compute-bound at this batch size and dtype "
+        "(batch 1, --dtype auto or a smaller k help); few drafts are accepted (AL 0.50 of k=2)"
     )
     assert why_lines(1.2, costs, totals, 2) == [lines[0].replace("0.30x", "1.20x")]
     dear_draft = StepCosts(draft_cost=1.0, verify_cost=1.0, other_cost=0.0, predicted_speedup=1.5)
     assert "drafting (k c = 2.00 steps) costs more" in why_lines(0.9, dear_draft, totals, 2)[1]
     assert "eat the predicted gain" in why_lines(0.9, dear_draft, totals, 2)[1]
+    assert "compute-bound" not in why_lines(0.9, dear_draft, totals, 2)[1]  # v = 1
 
 
 def bench_args(checkpoints, output, *extra):
