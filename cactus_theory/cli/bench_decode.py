@@ -227,5 +227,6 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             "are from the first round; nondeterministic kernels?)"
         )
     if args.json:
+        table = {**table, "dtype": args.dtype, "dtype_choice": args.dtype_choice}
         atomic_write_json(args.json, table, indent=2)
     return 0

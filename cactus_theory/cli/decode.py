@@ -21,9 +21,10 @@ autoregressive steps, α at each draft position, AL and the predicted (AL + 1) /
 below 1 it says which of them makes speculation lose.
 
 Defaults are the setting where speculation is meant to pay: batch 1 (at larger batches on a
-CPU the verifier is compute-bound and a verify call of k + 1 tokens costs nearly k + 1
-steps) and ``--dtype auto``, the dtype measured fastest for a verify forward on this device
-(``cactus_theory.real.precision``; the choice and both times are printed).
+CPU the verifier is compute-bound and a verify call of k + 1 tokens per row costs several
+autoregressive steps instead of about one) and ``--dtype auto``, the dtype measured fastest
+for a verify forward on this device (``cactus_theory.real.precision``; the choice and both
+times are printed, and written to ``--json``).
 
 Prompt files: ``.jsonl`` holds one JSON string or {"prompt": "..."} object per line; any
 other file holds one prompt per non-empty line, with ``\\n`` and ``\\t`` read as escapes.
@@ -32,6 +33,7 @@ other file holds one prompt per non-empty line, with ``\\n`` and ``\\t`` read as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 
@@ -250,8 +252,10 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
     if (args.verifier is None) != (args.draft is None):
         raise ValueError("verifier: give both --verifier and --draft, or neither (default pair)")
     pair = default_pair() if args.verifier is None else Pair(args.verifier, args.draft)
+    args.dtype_choice = None
     if args.dtype == "auto":
-        args.dtype = choose_dtype(pair, device, args).dtype
+        choice = choose_dtype(pair, device, args)
+        args.dtype, args.dtype_choice = choice.dtype, dataclasses.asdict(choice)
     prompts = args.prompts
     if getattr(args, "dataset", None):
         if prompts:
@@ -393,6 +397,9 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         "max_kl": args.max_kl,
         "prompts": len(setup.prompts),
         "max_new_tokens": args.max_new_tokens,
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+        "dtype_choice": args.dtype_choice,
         "verifier": setup.pair.verifier,
         "draft": setup.pair.draft,
         "speculative": {

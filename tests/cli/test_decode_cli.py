@@ -479,6 +479,11 @@ def test_dtype_auto_is_measured_once_then_read_from_the_cache(checkpoints, capsy
     assert chosen in ("float32", "bfloat16") and f"cpu {chosen}" in out
     files = list((private_cache / "dtype-choice").glob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["dtype"] == chosen
+    summary = private_cache / "summary.json"
+    assert cli.main([*args, "--json", str(summary)]) == 0
+    data = json.loads(summary.read_text())
+    assert data["dtype"] == data["dtype_choice"]["dtype"] == chosen
+    assert data["dtype_choice"]["cached"] and capsys.readouterr().out
     assert cli.main(args) == 0
     assert f"dtype auto: {chosen} (" in (out := capsys.readouterr().out)
     assert f"cached in {files[0]}" in out
@@ -503,6 +508,7 @@ def test_the_summary_explains_the_speedup_from_the_runs_own_costs(checkpoints, c
     out = capsys.readouterr().out
     data = json.loads(summary.read_text())
     assert ", batch 1, cpu float32" in out
+    assert (data["batch_size"], data["dtype"], data["dtype_choice"]) == (1, "float32", None)
     speculative, costs, k = data["speculative"], data["costs"], 3
     timing, base = speculative["timing_s"], data["baseline"]["timing_s"]
     step = (base["total"] - base["prefill"]) / base["verifier_calls"]
