@@ -57,8 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=6,
-        help="interleaved rounds over the whole table; 6 or more give a 95%% interval for "
-        "each speed-up (default 6)",
+        help="interleaved rounds over the whole table; 6 or more give each speed-up with a "
+        "95%% interval, fewer give no speed-up at all (default 6)",
     )
     parser.add_argument(
         "--batch-sizes",
