@@ -88,6 +88,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
             ),
+            "theory": Command(
+                "cactus_theory.cli.bench_theory",
+                "A pool's exact acceptance against the decoder's measured α₁ and AL.",
+                needs_pair=True,
+            ),
             "hf": Command(
                 "cactus_theory.cli.bench_hf",
                 "model.generate() with a rule vs transformers' assisted generation.",

@@ -424,7 +424,8 @@ def compare(pool: RealPool, decoded: Decoded, rule: Rule | str, k: int) -> dict:
     starts_alpha = float(at_starts.mean())
     all_alpha = float(decoded_acceptance.mean())
     pool_vs_measured_se = paired_difference_se(pool_sum, pool_count, measured_sum, measured_count)
-    martingale_se = float(math.sqrt(np.sum(at_starts * (1 - at_starts))) / n)
+    bernoulli = np.clip(at_starts, 0.0, 1.0)  # float rounding can pass 1 by an ulp
+    martingale_se = float(math.sqrt(np.sum(bernoulli * (1 - bernoulli))) / n)
     selection_se = paired_difference_se(all_sum, all_count, start_sum, measured_count)
 
     steps_al = steps.accepted.astype(float)

@@ -1,0 +1,243 @@
+"""The theory against the decoder (``cactus_theory.real.theory``) on tiny random models.
+
+- step starts from accepted lengths on a batch worked by hand, and bad step logs refused;
+- the prompt-clustered standard errors on numbers worked by hand;
+- the exact acceptance per position averages to ``tradeoff.rule_stats``' acceptance;
+- draft = verifier under sps: α₁ = 1 and pool α = 1;
+- the measured α₁ is the decoder's own ``alpha_by_position[0]``;
+- sps on a perturbed draft: pool α and α at the step starts agree with the measured α₁
+  within 3 standard errors (level: a two-sided 3-SE band, about 0.3% false alarms for a
+  normal difference; fixed seeds), and the negative controls are caught beyond 3 SE: a pool
+  at another temperature (T = 2 against a decode at T = 0.8), and a lossy rule's exact
+  acceptance against an sps decode (pool and step starts both);
+- a cached decode is read back to the same arrays.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch_tiny_models as tiny
+
+from cactus_theory.core.processors import SamplingSettings
+from cactus_theory.decode import speculative_generate
+from cactus_theory.decode.runs import Pair, Setup, encode
+from cactus_theory.real import pools, theory, tradeoff
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPTS = [
+    "Hi",
+    "What is 2+2?",
+    "Name a colour.",
+    "Spell cat",
+    "Count to three",
+    "Say yes",
+    "abc",
+    "Tell me",
+    "x y z",
+    "Why?",
+    "hello there",
+    "ok",
+]
+SAMPLING = SamplingSettings(temperature=0.8)
+SETTINGS = theory.TheorySettings(
+    k=3, num_prompts=12, max_new_tokens=32, sampling=SAMPLING, batch_size=6, seed=0
+)
+
+
+@pytest.fixture(scope="module")
+def setup(verifier, tokenizer):
+    tokenizer.padding_side = "left"
+    draft = tiny.perturbed(verifier, scale=0.3)
+    return Setup(verifier, draft, tokenizer, list(PROMPTS), tiny.DEVICE, Pair("v", "d"), True)
+
+
+@pytest.fixture(scope="module")
+def pool(setup):
+    return pools.build_pool(
+        setup, SETTINGS.pool_settings(), None, device="cpu", dtype="float64", progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def sps_decode(setup):
+    return theory.decode(
+        setup, SETTINGS, "sps", None, device="cpu", dtype="float64", progress=False
+    )
+
+
+# --- step starts ----------------------------------------------------------------------------
+
+
+def test_step_starts_on_a_batch_worked_by_hand():
+    # row 0: accepts 2 then 1 then stops; row 1: 0, 3, then a last plain step (k_b = 0);
+    # row 2: one step accepting 1, then finished.
+    accepted = [[2, 0, 1], [1, 3, -1], [-1, 0, -1]]
+    drafts = [[3, 3, 3], [3, 3, -1], [-1, 0, -1]]
+    steps = theory.step_starts(accepted, drafts)
+    np.testing.assert_array_equal(steps.row, [0, 0, 1, 1, 1, 2])
+    # row 0: 0, then 0 + (2 + 1) = 3; row 1: 0, 1, 1 + 4 = 5; row 2: 0
+    np.testing.assert_array_equal(steps.start, [0, 3, 0, 1, 5, 0])
+    np.testing.assert_array_equal(steps.accepted, [2, 1, 0, 3, 0, 1])
+    np.testing.assert_array_equal(steps.drafts, [3, 3, 3, 3, 0, 3])
+
+
+@pytest.mark.parametrize(
+    ("accepted", "drafts", "message"),
+    [
+        ([1, 2], [3, 3], "accepted_lengths: must be"),
+        ([[1, 2]], [[3, 3, 3]], "draft_counts: shape"),
+        ([[4]], [[3]], "accepted more drafts"),
+        ([[1], [-1], [0]], [[3], [-1], [3]], "active again"),
+    ],
+)
+def test_bad_step_logs_are_value_errors(accepted, drafts, message):
+    with pytest.raises(ValueError, match=message):
+        theory.step_starts(accepted, drafts)
+
+
+def test_step_starts_follow_the_decoders_commits(setup):
+    """Without EOS every row generates exactly max_new_tokens: its steps tile them, the
+    last step ending at the row's generated length (k_b shrinks near the budget)."""
+    input_ids, mask = encode(setup, PROMPTS[:6])
+    result = speculative_generate(
+        setup.verifier, setup.draft, input_ids, rule="sps", k=3, max_new_tokens=24,
+        temperature=0.8, generator=torch.Generator().manual_seed(4), attention_mask=mask,
+        eos_token_id=[], divergence=False,
+    )  # fmt: skip
+    steps = theory.step_starts(result.accepted_lengths, result.draft_counts)
+    ends = steps.start + steps.accepted + 1
+    for row in range(6):
+        mine = steps.row == row
+        assert ends[mine][-1] == int(result.num_generated[row]) == 24
+        np.testing.assert_array_equal(steps.start[mine][1:], ends[mine][:-1])
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def test_cluster_standard_errors_worked_by_hand():
+    # R = 6 / 6 = 1; residuals x − R y = (−1, 0, 1): SE² = 3/2 · 2 / 36
+    assert theory.ratio_se([1, 2, 3], [2, 2, 2]) == pytest.approx(math.sqrt(3) / 6)
+    # the same ratio against itself: the difference has no error
+    assert theory.paired_difference_se([1, 2, 3], [2, 2, 2], [1, 2, 3], [2, 2, 2]) == 0
+    # against a constant ratio (no residual): the first ratio's own SE
+    assert theory.paired_difference_se([1, 2, 3], [2, 2, 2], [1, 1, 1], [2, 2, 2]) == pytest.approx(
+        math.sqrt(3) / 6
+    )
+    assert math.isnan(theory.ratio_se([1], [2]))
+
+
+@pytest.mark.parametrize("rule", ["sps", "cactus:delta=1", "tas"])
+def test_exact_acceptance_averages_to_rule_stats(pool, rule):
+    per_position = theory.exact_acceptance(pool, rule)
+    assert per_position.shape == (len(pool),)
+    assert per_position.mean() == pytest.approx(tradeoff.rule_stats(pool, rule).acceptance, 1e-12)
+
+
+# --- the comparison -------------------------------------------------------------------------
+
+
+def test_draft_equal_to_the_verifier_accepts_everything(setup):
+    same = dataclasses.replace(setup, draft=setup.verifier)
+    settings = dataclasses.replace(SETTINGS, num_prompts=6, max_new_tokens=16)
+    pool = pools.build_pool(
+        same, settings.pool_settings(), None, device="cpu", dtype="float64", progress=False
+    )
+    decoded = theory.decode(
+        same, settings, "sps", None, device="cpu", dtype="float64", progress=False
+    )
+    row = theory.compare(pool, decoded, "sps", settings.k)
+    assert row["pool_alpha"] == pytest.approx(1.0, abs=1e-9)
+    assert row["measured_alpha"] == 1.0
+    assert row["alpha_step_starts"] == pytest.approx(1.0, abs=1e-9)
+    assert row["alpha_by_position"] == [1.0, 1.0, 1.0]
+
+
+def test_measured_alpha_is_the_decoders_own(setup, sps_decode, pool):
+    """One batch decoded again with the same generator: its ``alpha_by_position[0]``."""
+    settings = dataclasses.replace(SETTINGS, num_prompts=6)
+    decoded = theory.decode(
+        setup, settings, "sps", None, device="cpu", dtype="float64", progress=False
+    )
+    input_ids, mask = encode(setup, PROMPTS[:6])
+    result = speculative_generate(
+        setup.verifier, setup.draft, input_ids, rule="sps", k=3, max_new_tokens=32,
+        temperature=0.8, generator=theory._decode_generator(0, 0), attention_mask=mask,
+        eos_token_id=setup.tokenizer.eos_token_id, pad_token_id=setup.tokenizer.pad_token_id,
+        divergence=False,
+    )  # fmt: skip
+    row = theory.compare(pool, decoded, "sps", 3)
+    assert row["measured_alpha"] == result.alpha_by_position[0]
+    assert row["alpha_by_position"] == pytest.approx(result.alpha_by_position)
+    assert row["measured_al"] == pytest.approx(result.acceptance_length)
+
+
+def test_sps_agrees_within_three_standard_errors(pool, sps_decode):
+    row = theory.compare(pool, sps_decode, "sps", SETTINGS.k)
+    assert row["drafted_steps"] > 100
+    assert abs(row["pool_z"]) < 3
+    assert abs(row["starts_z"]) < 3
+    assert 0.2 < row["measured_alpha"] < 0.8  # a draft that disagrees often: a real test
+    assert row["measured_alpha_se"] > 0 and row["pool_minus_measured_se"] > 0
+
+
+def test_a_lossy_rule_agrees_at_its_step_starts(setup, pool):
+    decoded = theory.decode(
+        setup, SETTINGS, "cactus:delta=1", None, device="cpu", dtype="float64", progress=False
+    )
+    row = theory.compare(pool, decoded, "cactus:delta=1", SETTINGS.k)
+    assert abs(row["starts_z"]) < 3
+
+
+def test_a_pool_at_another_temperature_is_caught(setup, sps_decode):
+    hot = dataclasses.replace(SETTINGS, sampling=SamplingSettings(temperature=2.0))
+    other = pools.build_pool(
+        setup, hot.pool_settings(), None, device="cpu", dtype="float64", progress=False
+    )
+    row = theory.compare(other, sps_decode, "sps", SETTINGS.k)
+    assert abs(row["pool_z"]) > 3
+
+
+def test_a_lossy_rules_acceptance_against_an_sps_decode_is_caught(pool, sps_decode):
+    row = theory.compare(pool, sps_decode, "cactus:delta=1", SETTINGS.k)
+    assert row["pool_z"] > 3
+    assert row["starts_z"] > 3
+
+
+def test_a_cached_decode_reads_back_the_same_arrays(setup, tmp_path):
+    settings = dataclasses.replace(SETTINGS, num_prompts=4, max_new_tokens=8, batch_size=2)
+    first = theory.decode(
+        setup, settings, "sps", tmp_path, device="cpu", dtype="float64", progress=False
+    )
+    again = theory.decode(
+        setup, settings, "sps", tmp_path, device="cpu", dtype="float64", progress=False
+    )
+    assert first.info["batches_decoded"] == 2 and again.info["batches_decoded"] == 0
+    assert len(list(tmp_path.glob("decode-*/batch-*.npz"))) == 2
+    for name in ("row", "start", "accepted", "drafts"):
+        np.testing.assert_array_equal(getattr(first.steps, name), getattr(again.steps, name))
+    np.testing.assert_array_equal(first.rows.target_probs, again.rows.target_probs)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"k": 0}, "k: must be"),
+        ({"num_prompts": 0}, "num_prompts: must be"),
+        ({"max_new_tokens": -1}, "max_new_tokens: must be"),
+        ({"batch_size": 1.5}, "batch_size: must be"),
+        ({"sampling": SamplingSettings(temperature=0)}, "temperature:"),
+    ],
+)
+def test_bad_settings_are_value_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(SETTINGS, **changes)
+
+
+def test_run_needs_a_rule(setup):
+    with pytest.raises(ValueError, match="rule:"):
+        theory.run({"d": setup}, SETTINGS, [], None, device="cpu", dtype="float64")
