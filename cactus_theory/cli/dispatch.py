@@ -88,6 +88,11 @@ COMMANDS: dict[str, Command | Group] = {
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
                 needs_pair=True,
             ),
+            "pool": Command(
+                "cactus_theory.cli.bench_pool",
+                "Real pool building (float32 vs bfloat16) and exact statistics speed.",
+                needs_pair=True,
+            ),
             "theory": Command(
                 "cactus_theory.cli.bench_theory",
                 "A pool's exact acceptance against the decoder's measured α₁ and AL.",
