@@ -22,8 +22,8 @@ and the largest branch KL of 20 rule settings (``tradeoff.default_rules()`` and
 ``EXTRA_RULES``) over a pool of ``--stats-positions`` positions (default 20,000), timed
 rule by rule. Building 20,000 positions of SmolLM2 takes minutes on a CPU, so that pool is
 built once (in ``--stats-dtype``, default bfloat16: the rows are float32 either way) from
-the prompts of MT-Bench, HumanEval and the held-out set in turn, and cached (default: the
-user cache); the line says whether it was read back or built.
+the prompts of MT-Bench, HumanEval and the held-out set in turn (``--stats-dataset``), and
+cached (default: the user cache); the line says whether it was read back or built.
 """
 
 from __future__ import annotations
@@ -90,6 +90,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=DTYPES,
         default="bfloat16",
         help="dtype the statistics pool is built in (default %(default)s)",
+    )
+    parser.add_argument(
+        "--stats-dataset",
+        action="append",
+        metavar="NAME_OR_FILE",
+        help="prompts of the statistics pool, in turn; repeatable (default: "
+        f"{', '.join(STATS_DATASETS)})",
     )
     parser.add_argument("--no-stats", action="store_true", help="skip the statistics timing")
     parser.add_argument(
@@ -221,9 +228,10 @@ def _stats_pool(args, pair, device, cache: Path, loaded: dict):
     from cactus_theory.real import pools
     from cactus_theory.real.datasets import prompt_file
 
-    prompts = [p for name in STATS_DATASETS for p in read_prompts(str(prompt_file(name)))]
+    names = args.stats_dataset or STATS_DATASETS
+    prompts = [p for name in names for p in read_prompts(str(prompt_file(name)))]
     setup = loaded.get(args.stats_dtype) or load_setup(
-        pair, device, args.stats_dtype, str(prompt_file(STATS_DATASETS[0]))
+        pair, device, args.stats_dtype, str(prompt_file(names[0]))
     )
     setup = dataclasses.replace(setup, prompts=prompts)
     settings = pools.PoolSettings(
@@ -240,8 +248,7 @@ def _stats_pool(args, pair, device, cache: Path, loaded: dict):
     )
     if len(pool) < args.stats_positions:
         raise ValueError(
-            f"stats_positions: the prompts of {', '.join(STATS_DATASETS)} give only "
-            f"{len(pool):,} positions"
+            f"stats_positions: the prompts of {', '.join(names)} give only {len(pool):,} positions"
         )
     part = slice(0, args.stats_positions)
     trimmed = pools.RealPool(
