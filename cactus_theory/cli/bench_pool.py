@@ -195,6 +195,22 @@ def summarise_builds(builds: dict) -> dict:
     return summary
 
 
+def ratio_text(row: dict) -> str:
+    """The paired ratios of a dtype's row: medians, with their interval when there is one
+    (one round gives none: a single ratio is printed as such, never as [x, x])."""
+    coverage = row["total_ratio"]["coverage"]
+    parts = []
+    for part, _ in PARTS:
+        ratio = row[part + "_ratio"]
+        interval = f" [{ratio['low']:.2f}, {ratio['high']:.2f}]" if coverage > 0 else ""
+        parts.append(f"{part} {ratio['median']:.2f}x{interval}")
+    if coverage > 0:
+        note = f"median of paired per-round ratios, interval coverage {100 * coverage:.1f}%"
+    else:
+        note = "one round: no interval"
+    return "  ".join(parts) + f" ({note})"
+
+
 def stats_rules() -> list[str]:
     """The 20 rule settings timed: ``tradeoff.default_rules()`` and ``EXTRA_RULES``."""
     from cactus_theory.real.tradeoff import default_rules
@@ -316,16 +332,7 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             f"{row['total']:>11.1f}"
         )
         if "total_ratio" in row:
-            ratios = "  ".join(
-                f"{part} {row[part + '_ratio']['median']:.2f}x "
-                f"[{row[part + '_ratio']['low']:.2f}, {row[part + '_ratio']['high']:.2f}]"
-                for part, _ in PARTS
-            )
-            coverage = row["total_ratio"]["coverage"]
-            print(
-                f"  {dtype} / {args.dtype[0]}: {ratios} (median of paired per-round ratios, "
-                f"order-statistic interval, coverage {100 * coverage:.1f}%)"
-            )
+            print(f"  {dtype} / {args.dtype[0]}: {ratio_text(row)}")
     result = {
         "pair": {"verifier": pair.verifier, "draft": pair.draft},
         "device": args.device,

@@ -181,3 +181,12 @@ def test_bench_pool_errors_are_one_line(cache, capsys, extra, message):
     assert cli.main(["bench", "pool", *extra]) == 2
     error = capsys.readouterr().err
     assert error.startswith("cactus bench pool: error:") and message in error
+
+
+def test_a_single_round_prints_no_degenerate_interval():
+    one = {"median": 1.3, "low": 1.3, "high": 1.3, "coverage": 0.0}
+    row = {f"{part}_ratio": one for part, _ in bench_pool.PARTS}
+    assert "[" not in bench_pool.ratio_text(row) and "no interval" in bench_pool.ratio_text(row)
+    six = {"median": 1.3, "low": 1.1, "high": 1.5, "coverage": 0.969}
+    row = {f"{part}_ratio": six for part, _ in bench_pool.PARTS}
+    assert "total 1.30x [1.10, 1.50]" in bench_pool.ratio_text(row)
