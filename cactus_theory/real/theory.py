@@ -61,6 +61,8 @@ from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
 from cactus_theory.core.rules import Rule, parse, spec_of
 from cactus_theory.real import pools
 from cactus_theory.real.pools import RealPool
+from cactus_theory.real.tradeoff import PACKED_CHUNK as PACKED_ROWS
+from cactus_theory.real.tradeoff import WHOLE_CHUNK as WHOLE_ROWS
 from cactus_theory.util import provenance
 
 Array = np.ndarray
@@ -163,15 +165,79 @@ def step_starts(accepted_lengths, draft_counts) -> VerifySteps:
 def exact_acceptance(pool: RealPool, rule: Rule | str) -> Array:
     """a(q_c, p_c) = Σ_n p_n a_n at every position c of ``pool`` [N] (whole rows unless
     the rule declares ``support_only``, as in ``tradeoff.rule_stats``)."""
-    from cactus_theory.real.tradeoff import PACKED_CHUNK, WHOLE_CHUNK
-
     chosen = parse(rule) if isinstance(rule, str) else rule
     whole = pool.ids is not None and not chosen.support_only
     parts = []
-    for part in pool.chunks(WHOLE_CHUNK if whole else PACKED_CHUNK):
+    for part in pool.chunks(WHOLE_ROWS if whole else PACKED_ROWS):
         target, draft = pool.rows(part, full=whole)
         parts.append(law.acceptance_rows(chosen, target, draft))
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def emitted_acceptance(pool: RealPool, rule: Rule | str) -> Array:
+    """r_c = p_c(x_c) a_c(x_c) / μ_c(x_c) at every position c of ``pool`` [N], x_c the
+    pool's token there: the probability that a step starting at c accepted its draft,
+    given that it emitted x_c (μ the rule's emitted law; for sps μ = q)."""
+    chosen = parse(rule) if isinstance(rule, str) else rule
+    whole = pool.ids is not None and not chosen.support_only
+    parts = []
+    for part in pool.chunks(WHOLE_ROWS if whole else PACKED_ROWS):
+        target, draft = pool.rows(part, full=whole)
+        accept = chosen.accept_probs(target, draft)  # [n, W]
+        emitted = law.output_law_rows(chosen, target, draft)  # [n, W]
+        tokens = pool.token[part].astype(np.int64)
+        if whole or pool.ids is None:
+            column = tokens
+        else:
+            column = np.argmax(pool.ids[part] == tokens[:, None], axis=1)
+        index = np.arange(len(tokens))
+        mass = emitted[index, column]
+        share = draft[index, column] * accept[index, column] / np.where(mass > 0, mass, 1.0)
+        parts.append(np.clip(np.where(mass > 0, share, 0.0), 0.0, 1.0))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def simulated_step_starts(
+    pool: RealPool,
+    accept_given_token: Array,  # [N] r_c (``emitted_acceptance``)
+    k: int,
+    max_new_tokens: int,
+    replicates: int = 64,
+    seed: int = 0,
+) -> tuple[Array, Array]:
+    """Where a decoder's verify steps would start on the pool's own trajectories: per
+    trajectory, ``replicates`` runs of the step process (a step at t drafts k_b = min(k,
+    max_new_tokens − t − 1), accepts draft j with probability r at t + j − 1 while the
+    previous ones were accepted, and the next step starts after the accepted drafts and
+    one more token). Returns (pool index of every simulated step start with k_b >= 1,
+    its weight 1/replicates). For sps the emitted tokens have the verifier's law and
+    r_c = min(p_c, q_c)(x_c)/q_c(x_c) is the exact chance that x_c was an accepted draft
+    given the trajectory, so for a draft whose deeper positions read the same rows (an
+    independent draft model) this is the decoder's own law of step starts; a feature
+    draft's deeper positions accept less, which the simulation does not see."""
+    if replicates < 1:
+        raise ValueError(f"replicates: must be >= 1, got {replicates}")
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((pool.step, pool.prompt))
+    prompts = pool.prompt[order]
+    boundaries = np.flatnonzero(np.diff(prompts)) + 1
+    chosen = []
+    for trajectory in np.split(order, boundaries):
+        length = len(trajectory)
+        probabilities = accept_given_token[trajectory]
+        for _ in range(replicates):
+            t = 0
+            while t < length:
+                drafts = min(k, max_new_tokens - t - 1)
+                if drafts >= 1:
+                    chosen.append(trajectory[t])
+                accepted = 0
+                while accepted < drafts and t + accepted < length:
+                    if rng.random() >= probabilities[t + accepted]:
+                        break
+                    accepted += 1
+                t += accepted + 1
+    return np.asarray(chosen, dtype=np.int64), np.full(len(chosen), 1.0 / replicates)
 
 
 # --- cluster statistics -------------------------------------------------------------------
@@ -392,10 +458,19 @@ def _assemble(shards: list[dict], info: dict) -> Decoded:
 # --- the comparison -----------------------------------------------------------------------
 
 
-def compare(pool: RealPool, decoded: Decoded, rule: Rule | str, k: int) -> dict:
+def compare(
+    pool: RealPool,
+    decoded: Decoded,
+    rule: Rule | str,
+    k: int,
+    max_new_tokens: int | None = None,
+    replicates: int = 64,
+) -> dict:
     """One rule's row: pool α, measured α₁, α at the step starts and at all decoded
     positions, their differences in standard errors, predicted and measured AL (module
-    docstring). ``pool.prompt`` and ``decoded.prompt`` must index the same prompts."""
+    docstring); with ``max_new_tokens``, also the pool's α at simulated step starts
+    (``simulated_step_starts``). ``pool.prompt`` and ``decoded.prompt`` must index the
+    same prompts."""
     chosen = parse(rule) if isinstance(rule, str) else rule
     if len(pool) == 0:
         raise ValueError("pool: has no positions")
@@ -441,6 +516,22 @@ def compare(pool: RealPool, decoded: Decoded, rule: Rule | str, k: int) -> dict:
         reached = (steps.drafts >= j) & (steps.accepted >= j - 1)
         taken = (steps.drafts >= j) & (steps.accepted >= j)
         alpha_by_position.append(float(taken.sum() / reached.sum()) if reached.any() else None)
+    simulated = {}
+    if max_new_tokens is not None:
+        starts, weights = simulated_step_starts(
+            pool, emitted_acceptance(pool, chosen), k, max_new_tokens, replicates
+        )
+        simulated_sum = _by_cluster(pool_acceptance[starts] * weights, pool.prompt[starts], labels)
+        simulated_count = _by_cluster(weights, pool.prompt[starts], labels)
+        simulated_alpha = float(simulated_sum.sum() / simulated_count.sum())
+        simulated_se = paired_difference_se(
+            simulated_sum, simulated_count, measured_sum, measured_count
+        )
+        simulated = {
+            "pool_alpha_simulated_starts": simulated_alpha,
+            "simulated_minus_measured_se": simulated_se,
+            "simulated_z": _z(simulated_alpha - measured, simulated_se),
+        }
     return {
         "rule": spec_of(chosen),
         "label": chosen.label,
@@ -471,6 +562,7 @@ def compare(pool: RealPool, decoded: Decoded, rule: Rule | str, k: int) -> dict:
         "predicted_al_full_k": _al(pool_alpha, k),
         "measured_al": measured_al,
         "measured_al_se": measured_al_se,
+        **simulated,
     }
 
 
@@ -518,7 +610,8 @@ def run(
             decoded = decode(
                 setup, settings, rule, cache, device=device, dtype=dtype, progress=progress
             )
-            rows.append({"dataset": name, **compare(pool, decoded, rule, settings.k)})
+            row = compare(pool, decoded, rule, settings.k, settings.max_new_tokens)
+            rows.append({"dataset": name, **row})
     return {
         "settings": {**settings.__dict__, "sampling": settings.sampling.label},
         "device": device,

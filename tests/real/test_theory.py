@@ -1,15 +1,18 @@
 """The theory against the decoder (``cactus_theory.real.theory``) on tiny random models.
 
 - step starts from accepted lengths on a batch worked by hand, and bad step logs refused;
+- step starts simulated on a pool's trajectories, worked by hand at acceptance 0 and 1;
+- the chance that an emitted token was an accepted draft is min(p, q)/q for sps;
 - the prompt-clustered standard errors on numbers worked by hand;
 - the exact acceptance per position averages to ``tradeoff.rule_stats``' acceptance;
 - draft = verifier under sps: α₁ = 1 and pool α = 1;
 - the measured α₁ is the decoder's own ``alpha_by_position[0]``;
-- sps on a perturbed draft: pool α and α at the step starts agree with the measured α₁
-  within 3 standard errors (level: a two-sided 3-SE band, about 0.3% false alarms for a
-  normal difference; fixed seeds), and the negative controls are caught beyond 3 SE: a pool
-  at another temperature (T = 2 against a decode at T = 0.8), and a lossy rule's exact
-  acceptance against an sps decode (pool and step starts both);
+- sps on a perturbed draft: pool α, α at the step starts and the pool's α at simulated
+  step starts agree with the measured α₁ within 3 standard errors (level: a two-sided 3-SE
+  band, about 0.3% false alarms for a normal difference; fixed seeds), and the negative
+  controls are caught beyond 3 SE: a pool at another temperature (T = 2 against a decode
+  at T = 0.8), and a lossy rule's exact acceptance against an sps decode (pool and step
+  starts both);
 - a cached decode is read back to the same arrays.
 """
 
@@ -138,6 +141,44 @@ def test_exact_acceptance_averages_to_rule_stats(pool, rule):
     assert per_position.mean() == pytest.approx(tradeoff.rule_stats(pool, rule).acceptance, 1e-12)
 
 
+def _line_pool(length: int, prompts: int = 1) -> pools.RealPool:
+    """A pool of ``prompts`` trajectories of ``length`` positions (rows irrelevant here)."""
+    count = length * prompts
+    rows = np.full((count, 2), 0.5, np.float32)
+    return pools.RealPool(
+        rows, rows.copy(), None, 2, np.repeat(np.arange(prompts), length),
+        np.tile(np.arange(length), prompts), np.zeros(count, np.int64),
+    )  # fmt: skip
+
+
+def test_simulated_step_starts_worked_by_hand():
+    line = _line_pool(10)
+    # every draft accepted: steps start at 0, 4, 8 (k = 3, each commits 4 tokens); at 8
+    # the budget leaves k_b = min(3, 10 − 8 − 1) = 1 draft
+    starts, weights = theory.simulated_step_starts(line, np.ones(10), 3, 10, replicates=5)
+    np.testing.assert_array_equal(starts, np.tile([0, 4, 8], 5))
+    np.testing.assert_allclose(weights, 0.2)
+    # every draft rejected: a step at every position but the last (k_b = 0 there)
+    starts, _ = theory.simulated_step_starts(line, np.zeros(10), 3, 10, replicates=1)
+    np.testing.assert_array_equal(starts, np.arange(9))
+    # a trajectory cut by EOS at 6 positions of a budget of 10 drafts up to its end
+    short = _line_pool(6, prompts=2)
+    starts, _ = theory.simulated_step_starts(short, np.ones(12), 3, 10, replicates=1)
+    np.testing.assert_array_equal(starts, [0, 4, 6, 10])
+    with pytest.raises(ValueError, match="replicates"):
+        theory.simulated_step_starts(line, np.ones(10), 3, 10, replicates=0)
+
+
+def test_emitted_acceptance_of_sps_is_min_over_q_at_the_token(pool):
+    """r = min(p, q)(x)/q(x) at the pool's sampled token x, from the dense rows."""
+    found = theory.emitted_acceptance(pool, "sps")
+    target, draft = pool.rows(slice(None), full=True)
+    index = np.arange(len(pool))
+    q, p = target[index, pool.token], draft[index, pool.token]
+    np.testing.assert_allclose(found, np.minimum(p, q) / q, rtol=1e-12)
+    assert 0 < found.mean() < 1
+
+
 # --- the comparison -------------------------------------------------------------------------
 
 
@@ -177,10 +218,11 @@ def test_measured_alpha_is_the_decoders_own(setup, sps_decode, pool):
 
 
 def test_sps_agrees_within_three_standard_errors(pool, sps_decode):
-    row = theory.compare(pool, sps_decode, "sps", SETTINGS.k)
+    row = theory.compare(pool, sps_decode, "sps", SETTINGS.k, SETTINGS.max_new_tokens)
     assert row["drafted_steps"] > 100
     assert abs(row["pool_z"]) < 3
     assert abs(row["starts_z"]) < 3
+    assert abs(row["simulated_z"]) < 3
     assert 0.2 < row["measured_alpha"] < 0.8  # a draft that disagrees often: a real test
     assert row["measured_alpha_se"] > 0 and row["pool_minus_measured_se"] > 0
 
@@ -198,8 +240,9 @@ def test_a_pool_at_another_temperature_is_caught(setup, sps_decode):
     other = pools.build_pool(
         setup, hot.pool_settings(), None, device="cpu", dtype="float64", progress=False
     )
-    row = theory.compare(other, sps_decode, "sps", SETTINGS.k)
+    row = theory.compare(other, sps_decode, "sps", SETTINGS.k, SETTINGS.max_new_tokens)
     assert abs(row["pool_z"]) > 3
+    assert abs(row["simulated_z"]) > 3
 
 
 def test_a_lossy_rules_acceptance_against_an_sps_decode_is_caught(pool, sps_decode):
