@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,7 +119,8 @@ def table_lines(result: dict) -> list[str]:
     """The rows as aligned text lines."""
     header = (
         f"{'dataset':<10} {'rule':<22} {'steps':>5} {'pool α':>11} {'measured α₁':>11} "
-        f"{'z':>5} {'α starts':>8} {'z':>5} {'α all':>6} {'pred. AL':>10} {'meas. AL':>10}"
+        f"{'z':>5} {'α starts':>8} {'z':>5} {'α all':>6} {'α sim.':>6} {'z':>5} "
+        f"{'pred. AL':>10} {'meas. AL':>10}"
     )
     lines = [header, "-" * len(header)]
     for row in result["rows"]:
@@ -128,6 +130,8 @@ def table_lines(result: dict) -> list[str]:
             f"{_value(row['measured_alpha'], row['measured_alpha_se']):>11} "
             f"{row['pool_z']:>+5.1f} {row['alpha_step_starts']:>8.3f} {row['starts_z']:>+5.1f} "
             f"{row['alpha_all_positions']:>6.3f} "
+            f"{row.get('pool_alpha_simulated_starts', math.nan):>6.3f} "
+            f"{row.get('simulated_z', math.nan):>+5.1f} "
             f"{_value(row['predicted_al'], row['predicted_al_se'], 2):>10} "
             f"{_value(row['measured_al'], row['measured_al_se'], 2):>10}"
         )
@@ -183,8 +187,9 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         "verify step; ± = standard error by prompt; z = (pool α − α₁) / SE of the paired "
         "difference; α starts = exact acceptance at the decoder's own step starts (its "
         "sequences teacher-forced), z = (α starts − α₁) / its martingale SE; α all = at every "
-        "decoded position; pred. AL = Σ_j α^j (pool α, each step's own k), meas. AL = "
-        "accepted drafts per verify step (cactus_theory.real.theory)"
+        "decoded position; α sim. = pool α at step starts simulated on the pool's own "
+        "trajectories, z against α₁ as for pool α; pred. AL = Σ_j α^j (pool α, each step's "
+        "own k), meas. AL = accepted drafts per verify step (cactus_theory.real.theory)"
     )
     if args.json:
         atomic_write_json(args.json, result, indent=2)

@@ -82,7 +82,7 @@ def test_bench_theory_writes_rows_and_caches(checkpoints, cache, capsys, tmp_pat
     )
     assert cli.main(arguments) == 0
     printed = capsys.readouterr().out
-    assert "pool α" in printed and "measured α₁" in printed and "pred. AL" in printed
+    assert "pool α" in printed and "measured α₁" in printed and "α sim." in printed
     result = json.loads(out.read_text())
     assert [(row["dataset"], row["rule"]) for row in result["rows"]] == [
         (checkpoints["prompts"], "sps"),
@@ -95,6 +95,7 @@ def test_bench_theory_writes_rows_and_caches(checkpoints, cache, capsys, tmp_pat
         assert 0 <= row["pool_alpha"] <= 1 and 0 <= row["measured_alpha"] <= 1
         assert len(row["alpha_by_position"]) == 2
         assert row["measured_al"] <= 2
+        assert 0 <= row["pool_alpha_simulated_starts"] <= 1
     assert result["settings"]["num_prompts"] == 4
     decodes = sorted(cache.glob("theory/decode-*/batch-*.npz"))
     assert len(decodes) == 4 * 2  # 2 datasets x 2 rules x 2 batches
