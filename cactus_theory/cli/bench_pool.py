@@ -211,6 +211,28 @@ def ratio_text(row: dict) -> str:
     return "  ".join(parts) + f" ({note})"
 
 
+def verifier_parameters(model) -> int:
+    """Parameters of the verifier (a tied embedding and head counted once)."""
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def compute_rates(summary: dict, parameters: int, context: float) -> dict:
+    """The verifier's arithmetic behind each median rate: ≈ 2·parameters FLOPs per token
+    it reads (the embedding lookup aside, every weight is used once in a multiply-add),
+    ``context`` tokens read per position in each part; the draft's share is left out."""
+    per_token = 2 * parameters / 1e9  # GFLOP
+    per_position = per_token * context
+    return {
+        "parameters": parameters,
+        "gflop_per_token": per_token,
+        "gflops": {
+            dtype: {part: row[part] * per_position for part in ("generation", "teacher_forcing")}
+            for dtype, row in summary.items()
+        },
+        "needed_for_1000": 1000 * 2 * per_position,  # both parts
+    }
+
+
 def stats_rules() -> list[str]:
     """The 20 rule settings timed: ``tradeoff.default_rules()`` and ``EXTRA_RULES``."""
     from cactus_theory.real.tradeoff import default_rules
@@ -333,6 +355,18 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         )
         if "total_ratio" in row:
             print(f"  {dtype} / {args.dtype[0]}: {ratio_text(row)}")
+    flops = compute_rates(summary, verifier_parameters(first.verifier), context)
+    print(
+        f"where the time goes: the verifier has {flops['parameters'] / 1e6:.0f}M parameters, "
+        f"≈ {flops['gflop_per_token']:.2f} GFLOP per token it reads; generation and teacher "
+        f"forcing each read ≈ {context:.1f} tokens per position (prompt once, then each "
+        "generated token), so the median rates above are "
+        + ", ".join(
+            f"{dtype} {row['generation']:.0f} and {row['teacher_forcing']:.0f} GFLOP/s"
+            for dtype, row in flops["gflops"].items()
+        )
+        + f"; 1,000 positions/s would take ≈ {flops['needed_for_1000']:,.0f} GFLOP/s"
+    )
     result = {
         "pair": {"verifier": pair.verifier, "draft": pair.draft},
         "device": args.device,
@@ -340,6 +374,8 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         "settings": {**settings.key_fields(), "sampling": sampling.label},
         "dataset": args.dataset,
         "prompt_tokens": prompt_tokens,
+        "context_tokens_per_position": context,
+        "compute": flops,
         "builds": builds,
         "summary": summary,
     }

@@ -154,6 +154,12 @@ def test_bench_pool_times_both_dtypes_and_the_statistics(checkpoints, cache, cap
     ratio = result["summary"]["bfloat16"]["total_ratio"]
     assert ratio["low"] <= ratio["median"] <= ratio["high"]
     assert "stats" not in result
+    # the arithmetic: 2 FLOPs per parameter per token read, context tokens per position
+    compute = result["compute"]
+    per_position = 2 * compute["parameters"] / 1e9 * result["context_tokens_per_position"]
+    rate = result["summary"]["float32"]["generation"]
+    assert compute["gflops"]["float32"]["generation"] == pytest.approx(rate * per_position)
+    assert compute["needed_for_1000"] == pytest.approx(2000 * per_position)
     assert "bfloat16 / float32" in capsys.readouterr().out
 
     with_stats = [*arguments, "--stats-dataset", checkpoints["other"], "--dtype", "float32"]
