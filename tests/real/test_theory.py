@@ -169,6 +169,19 @@ def test_simulated_step_starts_worked_by_hand():
         theory.simulated_step_starts(line, np.ones(10), 3, 10, replicates=0)
 
 
+def test_step_starts_over_represent_hard_stretches():
+    """The selection effect worked by hand: 10 easy positions (every draft accepted) then
+    10 hard ones (every draft rejected), k = 3, a budget of 20. Steps start at 0, 4, 8
+    (8 accepts 8 and 9, is rejected at 10: next start 11), then at 11..18 (19 has k_b = 0):
+    3 easy starts of 11, so α at step starts is 3/11 where the positions' mean is 1/2."""
+    line = _line_pool(20)
+    easy = np.r_[np.ones(10), np.zeros(10)]
+    starts, _ = theory.simulated_step_starts(line, easy, 3, 20, replicates=1)
+    np.testing.assert_array_equal(starts, [0, 4, 8, *range(11, 19)])
+    assert easy[starts].mean() == pytest.approx(3 / 11)
+    assert easy.mean() == 0.5
+
+
 def test_emitted_acceptance_of_sps_is_min_over_q_at_the_token(pool):
     """r = min(p, q)(x)/q(x) at the pool's sampled token x, from the dense rows."""
     found = theory.emitted_acceptance(pool, "sps")
