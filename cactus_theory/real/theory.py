@@ -1,6 +1,6 @@
 """The theory against the decoder: a pool's exact acceptance against what decoding measures.
 
-For a rule and k, on the same prompts and sampling settings, three numbers estimate the
+For a rule and k, on the same prompts and sampling settings, these numbers estimate the
 acceptance at draft position 1, and comparing them separates sampling noise from the
 reasons the pool and the decoder differ:
 
@@ -12,7 +12,12 @@ reasons the pool and the decoder differ:
 - **α at the step starts** = the mean of a(q, p) at exactly the positions where the
   decoder's verify steps started, on the decoder's own sequences teacher-forced
   (``pools.rows_for_sequences``), and **α at all decoded positions** = its mean over every
-  position of those sequences.
+  position of those sequences;
+- **pool α at simulated step starts**: the pool's exact acceptance averaged over where a
+  decoder's steps would start on the pool's own trajectories (``simulated_step_starts``:
+  no decoder needed; exact in law for sps with a draft whose deeper positions read the
+  same rows; a feature draft's deeper positions accept less, so there the simulated steps
+  run further than the decoder's and the selection below comes out too strong).
 
 A verify step s of a row starts at generated position t_s = Σ_{s' < s} (L_{s'} + 1), L the
 accepted drafts of step s' (``step_starts``): each step commits its accepted drafts and one
