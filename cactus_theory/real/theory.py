@@ -149,9 +149,9 @@ def step_starts(accepted_lengths, draft_counts) -> VerifySteps:
     active = accepted >= 0  # [steps, B]
     if np.any(active & ((drafts < 0) | (accepted > drafts))):
         raise ValueError("accepted_lengths: a step accepted more drafts than it drafted")
-    started = np.argmax(~active, axis=0)  # first inactive step per row
-    stays = np.where((~active).any(axis=0), started, active.shape[0])
-    if np.any(active & (np.arange(active.shape[0])[:, None] >= stays[None, :])):
+    first_inactive = np.argmax(~active, axis=0)  # [B] (0 when a row never stopped)
+    active_until = np.where((~active).any(axis=0), first_inactive, active.shape[0])  # [B]
+    if np.any(active & (np.arange(active.shape[0])[:, None] >= active_until[None, :])):
         raise ValueError("accepted_lengths: a row became active again after it stopped")
     advance = np.where(active, accepted + 1, 0)  # [steps, B] tokens each step committed
     starts = np.cumsum(advance, axis=0) - advance  # [steps, B] exclusive prefix sums
