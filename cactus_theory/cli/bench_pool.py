@@ -76,9 +76,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=["float32", "bfloat16"],
         help="dtypes built side by side; ratios are to the first (default float32 bfloat16)",
     )
-    parser.add_argument("--temperature", type=float, default=PAPER_SETTING.temperature)
-    parser.add_argument("--top-k", type=int, default=PAPER_SETTING.top_k, help="0 = off")
-    parser.add_argument("--top-p", type=float, default=PAPER_SETTING.top_p)
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=PAPER_SETTING.temperature,
+        help="sampling temperature, > 0 (default %(default)s, the paper's)",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=PAPER_SETTING.top_k, help="top-k, 0 = off (default 20)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=PAPER_SETTING.top_p, help="top-p, 1 = off (default 0.95)"
+    )
     parser.add_argument(
         "--stats-positions",
         type=int,

@@ -66,11 +66,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_new_tokens,
         help="tokens generated per prompt (default %(default)s)",
     )
-    parser.add_argument("--temperature", type=float, default=PAPER_SETTING.temperature)
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=PAPER_SETTING.temperature,
+        help="sampling temperature, > 0 (default %(default)s, the paper's)",
+    )
     parser.add_argument(
         "--top-k", type=int, default=PAPER_SETTING.top_k, help="top-k, 0 = off (default 20)"
     )
-    parser.add_argument("--top-p", type=float, default=PAPER_SETTING.top_p)
+    parser.add_argument(
+        "--top-p", type=float, default=PAPER_SETTING.top_p, help="top-p, 1 = off (default 0.95)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--batch-size",
@@ -79,7 +86,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="prompts decoded together (default %(default)s)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument(
+        "--dtype", default="float32", choices=DTYPES, help="model weights dtype (default float32)"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's)")
     parser.add_argument(
         "--raw", action="store_true", help="send prompts as plain text, not via the chat template"
