@@ -297,3 +297,14 @@ def test_bad_settings_are_value_errors(changes, message):
 def test_run_needs_a_rule(setup):
     with pytest.raises(ValueError, match="rule:"):
         theory.run({"d": setup}, SETTINGS, [], None, device="cpu", dtype="float64")
+
+
+def test_a_decode_with_no_drafted_step_is_refused(setup, pool):
+    """max_new_tokens = 1: every step is the last, plain one (k_b = 0): no α₁ to compare."""
+    settings = dataclasses.replace(SETTINGS, num_prompts=2, max_new_tokens=1)
+    decoded = theory.decode(
+        setup, settings, "sps", None, device="cpu", dtype="float64", progress=False
+    )
+    assert len(decoded.steps.row) == 2 and not decoded.steps.drafts.any()
+    with pytest.raises(ValueError, match="decoded: no verify step drafted"):
+        theory.compare(pool, decoded, "sps", SETTINGS.k)
