@@ -15,6 +15,10 @@ it runs. Every command and the module that holds it:
 - ``cactus bench solvers``: ``proofs_check.bench`` (fast solvers against cvxpy);
 - ``cactus bench sampler``: ``cactus_theory.cli.bench_sampler`` (the torch sampler);
 - ``cactus bench decode``: ``cactus_theory.cli.bench_decode`` (the paper's decoding table);
+- ``cactus bench pool``: ``cactus_theory.cli.bench_pool`` (real pool building, float32
+  against bfloat16, and the exact statistics' speed);
+- ``cactus bench theory``: ``cactus_theory.cli.bench_theory`` (a pool's exact acceptance
+  against the decoder's measured α₁ and AL);
 - ``cactus bench hf``: ``cactus_theory.cli.bench_hf`` (``model.generate()`` with a rule
   against transformers' assisted generation);
 - ``cactus bench vllm``: ``cactus_theory.cli.bench_vllm`` (every rule inside vLLM).

@@ -16,8 +16,8 @@ engine and workers, ``cactus serve``'s server) import it too. The flag is taken 
 arguments wherever it stands (``cactus serve`` hands the rest to vLLM).
 
 Commands that decode with a pair by default get a pair callable from here:
-``decode`` and ``bench decode`` the default real pair (``cactus_theory.real.smollm``:
-SmolLM2 and its feature draft), ``bench vllm`` the small stdlib pair
+``decode``, ``bench decode``, ``bench pool`` and ``bench theory`` the default real pair
+(``cactus_theory.real.smollm``: SmolLM2 and its feature draft), ``bench vllm`` the small stdlib pair
 (``cactus_theory.real.train_pair``: vLLM drafts with a standalone model, not a feature
 draft).
 """
@@ -90,6 +90,16 @@ COMMANDS: dict[str, Command | Group] = {
             "decode": Command(
                 "cactus_theory.cli.bench_decode",
                 "Speculative vs autoregressive decoding (default: the SmolLM2 pair).",
+                needs_pair=True,
+            ),
+            "pool": Command(
+                "cactus_theory.cli.bench_pool",
+                "Real pool building (float32 vs bfloat16) and exact statistics speed.",
+                needs_pair=True,
+            ),
+            "theory": Command(
+                "cactus_theory.cli.bench_theory",
+                "A pool's exact acceptance against the decoder's measured α₁ and AL.",
                 needs_pair=True,
             ),
             "hf": Command(
