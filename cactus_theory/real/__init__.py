@@ -16,7 +16,8 @@ standard library) and is cached under ``cactus_theory.util.provenance.cache_root
   ``precision``: the dtype measured fastest for a verify call (``--dtype auto``);
 - ``pools``: (q, p) rows at every position of real contexts, cached; ``costs``: the draft
   and verify costs in autoregressive steps; ``tradeoff``: every rule's exact statistics on
-  a pool beside the frontier (``cactus tradeoff``);
+  a pool beside the frontier (``cactus tradeoff``); ``theory``: the pool's predictions
+  against what the decoder measures (``cactus bench theory``);
 - ``decode_table``: the paper's decoding table (``cactus bench decode``); ``real_model``:
   the report's real-model section.
 
