@@ -11,9 +11,13 @@
    After the sweep, a progress bar counts the checks the child has finished (each cached in
    ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
    argument runs in this process instead (tests inject one);
-3. the figures (``paper_figs.figures``) into ``out/figures`` as PNG and SVG;
-4. ``out/report.html`` (``paper_figs.page``): the summary table, the claims table, every
-   figure with its caption, and the Monte Carlo check against the block-statistics formula.
+3. the real-model section (``cactus_theory.real.real_model``: the exact trade-off on pools
+   of real contexts, the decoding table), after the claims check, on a quiet machine;
+4. the figures (``paper_figs.figures``, and ``paper_figs.figures_real`` for the
+   real-model section) into ``out/figures`` as PNG and SVG;
+5. ``out/report.html`` (``paper_figs.page``): the summary table, the real-model section,
+   the claims table, every figure with its caption, and the Monte Carlo check against the
+   block-statistics formula.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class Report:
     claims: dict
     timings: dict[str, float] = field(default_factory=dict)
     summary: list[dict] = field(default_factory=list)
+    #: the real-model section's figure (the exact trade-off on real contexts), if drawn
+    real_figure: Figure | None = None
 
 
 # -- steps ----------------------------------------------------------------------------------
@@ -177,8 +183,10 @@ def build(
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
 
-    ``real_model``: run the real-model table (``cactus_theory.real.real_model``) after the claims,
-    on a quiet machine; False skips it, a callable replaces it (tests).
+    ``real_model``: run the real-model section (``cactus_theory.real.real_model``: pools,
+    the exact trade-off, the decoding table) after the claims, on a quiet machine; False
+    skips it, a callable replaces it (tests). Its stage timings are recorded as
+    ``real_model_<stage>``.
 
     The output folder is locked for the whole run (a second run into it is a ValueError),
     and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
@@ -222,12 +230,15 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
     if real_model:
         mark = time.perf_counter()
         run_real = real_model if callable(real_model) else _real_model
-        run_real(folder, quick=quick, progress=progress)
+        found = run_real(folder, quick=quick, progress=progress)
         timings["real_model"] = time.perf_counter() - mark
+        for key, value in ((found or {}).get("timings") or {}).items():
+            timings[f"real_model_{key}"] = float(value)
     mark = time.perf_counter()
     main = preset.text[0].name if preset.text else ""
     results = Results.load(folder, main_source=main)
     drawn = draw_figures(results, claims, folder / "figures")
+    real_figure = draw_real_figure(results, folder / "figures")
     timings["figures"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - start
     summary = summary_rows(results)
@@ -240,6 +251,7 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
         timings=timings,
         cells=(len(result.cells), result.computed),
         quick=quick,
+        real_figure=real_figure,
     )
     path = atomic_write_text(folder / "report.html", page)
     run_record = {
@@ -250,7 +262,7 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
         "computed": result.computed,
     }
     atomic_write_json(folder / "run.json", run_record)
-    return Report(path, drawn, claims, timings, summary)
+    return Report(path, drawn, claims, timings, summary, real_figure)
 
 
 def dataset_tables(real_model: dict | None) -> dict:
@@ -263,6 +275,20 @@ def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
     from cactus_theory.real import real_model
 
     return real_model.run(folder, quick=quick, progress=progress)
+
+
+def draw_real_figure(results: Results, folder: Path) -> Figure | None:
+    """The real-model section's figure: the exact trade-off, one panel per evaluation set
+    (``figures_real.figure_real_tradeoff``), or None without trade-off results."""
+    from cactus_theory.real.real_model import tradeoff_documents
+    from paper_figs import figures_real
+    from paper_figs.page_real import DATASET_TITLES
+
+    documents = tradeoff_documents(results.real_model)
+    if not documents:
+        return None
+    titled = {DATASET_TITLES.get(name, name): data for name, data in documents.items()}
+    return figures_real.figure_real_tradeoff(titled, folder, "real_tradeoff")
 
 
 def draw_figures(results: Results, claims: dict, folder: Path) -> list[Figure]:

@@ -1,31 +1,74 @@
-"""The report's real-model section: the paper's decoding table on the default real pair,
-one table per evaluation set.
+"""The report's real-model section: the exact acceptance–divergence trade-off on real
+contexts of the default pair, then the paper's decoding table.
 
-``run(out, quick)`` builds the default pair (``cactus_theory.real.smollm``: SmolLM2-135M-Instruct
-and its feature draft) if needed and, for each set of ``DATASETS`` (``cactus_theory.real.datasets``:
-MT-Bench's first turns, HumanEval, the held-out prompts), decodes the set's first prompts with
-``cactus_theory.real.decode_table`` (cached per row and round under ``out/real-model/``, so a rerun
-resumes), then writes ``out/real_model.json`` as ``{"datasets": {name: table}}``. The report's run
-uses far fewer prompts and tokens than ``cactus bench decode`` (its speed-ups are single rounds,
-without an interval); ``--quick`` fewer still. When the pair or a set cannot be had (no torch, no
-package index), the JSON says why and the report shows that.
+``run(out, quick)`` loads the default pair (``cactus_theory.real.smollm``:
+SmolLM2-135M-Instruct and its shipped feature draft), bfloat16 on one CPU thread, and for
+each evaluation set of ``DATASETS`` (``cactus_theory.real.datasets``: MT-Bench's first
+turns, HumanEval, the held-out prompts):
+
+1. builds the set's pool (``real.pools.build_pool`` with ``POOL``: at least 2,000
+   positions of the verifier's own sampled continuations, teacher-forced; ``--quick``:
+   MT-Bench only, ``QUICK_POOL``), cached per shard under ``out/real-model/pools``, so a
+   rerun reads it back and an interrupted run resumes;
+2. computes the exact trade-off of ``tradeoff.default_rules()`` on it (``real.tradeoff``:
+   acceptance, KL and TV of the emitted law per token, the frontier at each rule's KL,
+   predicted AL for k = 1..``K_MAX``) and checks that the frontier dominates every rule
+   of finite KL (``checked_dominance``, recorded, never assumed);
+3. writes the trade-off as ``out/real-tradeoff-<set>.csv``.
+
+Then the decoding table (``real.decode_table``: autoregressive and the paper's rules,
+decoded), cached per row and round under ``out/real-model/``. The report runs it in
+``TABLE.repeats`` round(s) only, so it has no honest speed-up interval (that needs at
+least ``HONEST_ROUNDS`` interleaved rounds; ``cactus bench decode`` runs them): the page
+shows its AL, α and KL and leaves its timings out (``honest_speedups``).
+
+Everything goes to ``out/real_model.json``::
+
+    {"pair": {...}, "device", "dtype", "threads", "pool_settings": {...},
+     "tradeoff": {set: {"document": tradeoff.to_json(...), "pool": describe line,
+                        "pool_info": {...}, "violations": [...],
+                        "infinite_kl_above_frontier": [...],
+                        "seconds": {"pool", "tradeoff"}, "csv": file name}},
+     "datasets": {set: decoding table}, "timings": {...}}
+
+When the pair or torch cannot be had (no torch, no package index), the JSON is
+``{"unavailable": reason}`` and the report shows that reason; a failure of the decoding
+table alone leaves the trade-off in place, with ``"table_unavailable": reason``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
-from cactus_theory.real.decode_table import PAPER_KS, PAPER_RULES, TableSettings
-from cactus_theory.util.files import atomic_write_json
+from cactus_theory.core.processors import PAPER_SETTING
+from cactus_theory.real.decode_table import PAPER_RULES, TableSettings
+from cactus_theory.real.pools import PoolSettings
+from cactus_theory.util.files import atomic_write_json, atomic_write_text
 
 OUTPUT = "real_model.json"
 #: The evaluation sets of the full report, in order (the first one is figure 8's).
 DATASETS = ("mt-bench", "humaneval", "heldout")
 QUICK_DATASETS = ("mt-bench",)
-#: The full report's tables: every rule and k of the paper, on fewer prompts and tokens
-#: than the bench (a few minutes on 2 cores, so the main job stays within 15 minutes).
-FULL = TableSettings(rules=PAPER_RULES, ks=PAPER_KS, num_prompts=2, max_new_tokens=32, repeats=1)
-QUICK = TableSettings(
+#: The pools: at least 2,000 positions per set (shards of 8 prompts x 128 new tokens in
+#: the paper's sampling setting); --quick: 400 positions of MT-Bench.
+POOL = PoolSettings(
+    positions=2000, num_prompts=80, max_new_tokens=128, sampling=PAPER_SETTING, batch_size=8
+)
+QUICK_POOL = PoolSettings(
+    positions=400, num_prompts=8, max_new_tokens=128, sampling=PAPER_SETTING, batch_size=4
+)
+#: Predicted AL for k = 1..K_MAX; the page's table shows k = SHOWN_K.
+K_MAX = 5
+SHOWN_K = 3
+#: A measured speed-up is shown only with at least this many interleaved rounds, the
+#: fewest for which the median's order-statistic interval has 95% coverage.
+HONEST_ROUNDS = 6
+#: The decoding table of the full report: the paper's rules at k = 3 on few prompts and
+#: tokens in one round (its AL, α and KL; no speed-up: see the module docstring).
+TABLE = TableSettings(rules=PAPER_RULES, ks=(3,), num_prompts=2, max_new_tokens=32, repeats=1)
+QUICK_TABLE = TableSettings(
     rules=("sps", "cactus:delta=1.0", "frontier:delta=1.0"),
     ks=(3,),
     num_prompts=2,
@@ -37,50 +80,219 @@ QUICK = TableSettings(
 #: shared machine).
 DTYPE = "bfloat16"
 THREADS = 1
+DEVICE = "cpu"
 
 
-def run(out: Path, *, quick: bool, progress: bool = True, pair=None, say=print) -> dict:
-    """The table as a dict (also written to ``out/real_model.json``); ``{"unavailable":
-    reason}`` when the pair or torch is missing."""
+def run(
+    out: Path,
+    *,
+    quick: bool,
+    progress: bool = True,
+    pair=None,
+    say=print,
+    datasets: tuple[str, ...] | None = None,
+    pool_settings: PoolSettings | None = None,
+    table_settings: TableSettings | None = None,
+    prompts: dict[str, list[str]] | None = None,
+) -> dict:
+    """The section's results as a dict (also written to ``out/real_model.json``; module
+    docstring); ``{"unavailable": reason}`` when the pair or torch is missing.
+
+    ``pair`` (a ``decode.runs.Pair``), ``datasets``, ``pool_settings``,
+    ``table_settings`` and ``prompts`` ({set: prompts}, instead of
+    ``real.datasets.prompts``) override the defaults (tests use a tiny pair)."""
     out = Path(out)
-    settings = QUICK if quick else FULL
+    names = datasets or (QUICK_DATASETS if quick else DATASETS)
+    pool_settings = pool_settings or (QUICK_POOL if quick else POOL)
+    table_settings = table_settings or (QUICK_TABLE if quick else TABLE)
     try:
         import torch
-
-        from cactus_theory.decode.runs import load_setup
-        from cactus_theory.real import datasets, decode_table, smollm
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(THREADS)
-        tables = {}
-        try:
-            chosen = pair or smollm.ensure_pair(say)
-            setup = load_setup(chosen, torch.device("cpu"), DTYPE)
-            for name in QUICK_DATASETS if quick else DATASETS:
-                setup.prompts = datasets.prompts(name)[: settings.num_prompts]
-                table = decode_table.run(
-                    setup,
-                    settings,
-                    out / "real-model",
-                    device="cpu",
-                    dtype=DTYPE,
-                    threads=THREADS,
-                    progress=progress,
-                )
-                table["dtype"], table["threads"], table["dataset"] = DTYPE, THREADS, name
-                tables[name] = table
-        finally:
-            torch.set_num_threads(previous)
-        result = {"datasets": tables}
+    except ImportError as error:
+        return _unavailable(out, error, say)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        result = _run(out, names, pool_settings, table_settings, prompts, pair, progress, say)
     except (ImportError, ValueError, OSError) as error:
-        result = {"unavailable": f"{type(error).__name__}: {error}"}
-        say(f"real-model table unavailable: {result['unavailable']}")
+        return _unavailable(out, error, say)
+    finally:
+        torch.set_num_threads(previous)
     atomic_write_json(out / OUTPUT, result, indent=1)
     return result
 
 
+def _unavailable(out: Path, error: Exception, say) -> dict:
+    result = {"unavailable": f"{type(error).__name__}: {error}"}
+    say(f"real-model section unavailable: {result['unavailable']}")
+    atomic_write_json(out / OUTPUT, result, indent=1)
+    return result
+
+
+def _run(out, names, pool_settings, table_settings, prompts, pair, progress, say) -> dict:
+    import torch
+
+    from cactus_theory.decode.runs import load_setup
+    from cactus_theory.real import datasets, smollm
+
+    timings: dict[str, float] = {}
+    mark = time.perf_counter()
+    chosen = pair or smollm.ensure_pair(say)
+    setup = load_setup(chosen, torch.device(DEVICE), DTYPE)
+    timings["load"] = time.perf_counter() - mark
+    texts = {name: (prompts or {}).get(name) or datasets.prompts(name) for name in names}
+    trade = {}
+    for name in names:
+        setup.prompts = list(texts[name])
+        trade[name] = dataset_tradeoff(out, setup, name, pool_settings, progress)
+    timings["pools"] = sum(entry["seconds"]["pool"] for entry in trade.values())
+    timings["tradeoff"] = sum(entry["seconds"]["tradeoff"] for entry in trade.values())
+    result = {
+        "pair": {"name": chosen.name, "verifier": chosen.verifier, "draft": chosen.draft},
+        "device": DEVICE,
+        "dtype": DTYPE,
+        "threads": THREADS,
+        "pool_settings": pool_fields(pool_settings),
+        "tradeoff": trade,
+    }
+    mark = time.perf_counter()
+    try:
+        result["datasets"] = decoding_tables(out, setup, names, texts, table_settings, progress)
+    except (ValueError, OSError, RuntimeError) as error:
+        result["table_unavailable"] = f"{type(error).__name__}: {error}"
+        say(f"real-model decoding table unavailable: {result['table_unavailable']}")
+    timings["decode_table"] = time.perf_counter() - mark
+    result["timings"] = timings
+    return result
+
+
+def pool_fields(settings: PoolSettings) -> dict:
+    """The pool settings as JSON (the sampling setting as its fields and label)."""
+    fields = dataclasses.asdict(settings)
+    fields["sampling"] = {**dataclasses.asdict(settings.sampling), "label": settings.sampling.label}
+    return fields
+
+
+def dataset_tradeoff(out: Path, setup, name: str, settings: PoolSettings, progress: bool) -> dict:
+    """One set's pool and exact trade-off (module docstring, steps 1-3)."""
+    from cactus_theory.real import pools, tradeoff
+
+    mark = time.perf_counter()
+    pool = pools.build_pool(
+        setup,
+        settings,
+        out / "real-model" / "pools",
+        device=DEVICE,
+        dtype=DTYPE,
+        progress=progress,
+        name=name,
+    )
+    pool_seconds = time.perf_counter() - mark
+    mark = time.perf_counter()
+    found = tradeoff.tradeoff(pool, tradeoff.default_rules(), k_max=K_MAX)
+    violations, outside = checked_dominance(found)
+    document = tradeoff.to_json(
+        found,
+        pair={"name": setup.pair.name, "verifier": setup.pair.verifier, "draft": setup.pair.draft},
+        settings={**pool_fields(settings), "dataset": name, "device": DEVICE, "dtype": DTYPE},
+    )
+    tradeoff_seconds = time.perf_counter() - mark
+    csv_name = f"real-tradeoff-{name}.csv"
+    atomic_write_text(out / csv_name, tradeoff.csv_text(document))
+    info = {key: value for key, value in pool.info.items() if key != "folder"}
+    return {
+        "document": document,
+        "pool": pools.describe(pool),
+        "pool_info": info,
+        "violations": violations,
+        "infinite_kl_above_frontier": outside,
+        "seconds": {"pool": pool_seconds, "tradeoff": tradeoff_seconds},
+        "csv": csv_name,
+    }
+
+
+def checked_dominance(found) -> tuple[list[str], list[str]]:
+    """(violations, infinite-KL rules above the frontier) of a ``tradeoff.Tradeoff``.
+
+    The frontier A*(K) is the most a rule reaches at mean KL K over emitted laws with
+    finite KL; at K = ∞ it is E[Σ_{q>0} p]. A rule with infinite KL (it can emit a token
+    the verifier excludes, e.g. the engines' relaxed top-K) may accept more than that, as
+    it also accepts drafts where q = 0: it lies outside the frontier's domain, and is
+    listed apart rather than as a violation. The check itself is
+    ``tradeoff.dominance_violations`` on the finite-KL rows."""
+    import math
+
+    from cactus_theory.real import tradeoff
+
+    finite = [row for row in found.rows if math.isfinite(row.stats.kl_per_token)]
+    infinite = [row for row in found.rows if not math.isfinite(row.stats.kl_per_token)]
+    violations = tradeoff.dominance_violations(dataclasses.replace(found, rows=finite))
+    outside = tradeoff.dominance_violations(dataclasses.replace(found, rows=infinite))
+    return violations, outside
+
+
+def decoding_tables(out: Path, setup, names, texts, settings: TableSettings, progress) -> dict:
+    """{set: the decoding table (``real.decode_table.run``) on its first prompts}."""
+    from cactus_theory.real import decode_table
+
+    tables = {}
+    for name in names:
+        setup.prompts = list(texts[name])[: settings.num_prompts]
+        table = decode_table.run(
+            setup,
+            settings,
+            out / "real-model",
+            device=DEVICE,
+            dtype=DTYPE,
+            threads=THREADS,
+            progress=progress,
+        )
+        table["dtype"], table["threads"], table["dataset"] = DTYPE, THREADS, name
+        tables[name] = table
+    return tables
+
+
+# --- reading real_model.json --------------------------------------------------------------
+
+
 def dataset_tables(real_model: dict | None) -> dict:
-    """{set name: table} of a ``real_model.json`` ({} when missing or unavailable)."""
+    """{set name: decoding table} of a ``real_model.json`` ({} when missing or unavailable)."""
     if not real_model or "unavailable" in real_model:
         return {}
-    return dict(real_model.get("datasets", {}))
+    return dict(real_model.get("datasets") or {})
+
+
+def tradeoff_documents(real_model: dict | None) -> dict:
+    """{set name: ``tradeoff.to_json`` document} of a ``real_model.json`` ({} when missing
+    or unavailable)."""
+    if not real_model or "unavailable" in real_model:
+        return {}
+    return {name: entry["document"] for name, entry in (real_model.get("tradeoff") or {}).items()}
+
+
+def table_rounds(table: dict) -> int:
+    """The interleaved rounds a decoding table ran (its settings' ``repeats``)."""
+    return int(table.get("settings", {}).get("repeats", 1))
+
+
+def honest_speedup(row: dict, rounds: int) -> tuple[float, float, float] | None:
+    """(speed-up, low, high) of a decoding-table row when it has an honest interval: at
+    least ``HONEST_ROUNDS`` rounds, a speed-up and an interval whose ends differ; None
+    otherwise (the speed-up is then left out, never shown as a degenerate interval)."""
+    speedup, low, high = row.get("speedup"), row.get("speedup_low"), row.get("speedup_high")
+    if rounds < HONEST_ROUNDS or speedup is None or low is None or high is None:
+        return None
+    if not low < high:
+        return None
+    return float(speedup), float(low), float(high)
+
+
+def find_row(document: dict, spec: str) -> dict | None:
+    """The row of ``document`` whose rule is ``spec`` (compared after parsing, so
+    ``cactus:delta=1`` finds ``cactus:delta=1.0``), or None."""
+    from cactus_theory.core.rules import parse, spec_of
+
+    wanted = spec_of(parse(spec))
+    for row in document.get("rows", []):
+        if spec_of(parse(row["rule"])) == wanted:
+            return row
+    return None
