@@ -56,11 +56,18 @@ def _number(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+#: Below this a KL per token (nats) is float rounding of an exact 0 (SpS emits q).
+KL_ZERO = 1e-12
+
+
 def _kl(value: float | None) -> str:
-    """A KL per token in nats: None (infinite) as ∞, small values in scientific notation."""
+    """A KL per token in nats: None (infinite) as ∞, rounding of 0 as 0, small values in
+    scientific notation."""
     if value is None:
         return "∞"
-    if value == 0 or abs(value) >= 1e-3:
+    if abs(value) < KL_ZERO:
+        return "0"
+    if abs(value) >= 1e-3:
         return f"{value:.4f}"
     return f"{value:.2e}"
 

@@ -121,7 +121,12 @@ def test_the_json_rows_are_the_exact_tradeoff_of_the_same_pool(section, tiny_pai
     assert sps["kl_per_token"] == pytest.approx(0.0, abs=1e-12)
     assert cactus["acceptance"] >= sps["acceptance"]
     assert set(stored["timings"]) == {"load", "pools", "tradeoff", "decode_table"}
-    assert stored["datasets"]["mt-bench"]["rows"][0]["rule"] == "autoregressive"
+    table = stored["datasets"]["mt-bench"]
+    assert table["rows"][0]["rule"] == "autoregressive"
+    # One round: the JSON carries no speed-up either (no degenerate interval to reuse).
+    assert "speedup_left_out" in table
+    assert all(row["speedup"] is None and row["speedup_low"] is None for row in table["rows"][1:])
+    assert [row["rule"] for row in table["rows"][1:]] == list(TABLE.rules)
 
 
 def test_a_rerun_reads_the_pool_back(section, tiny_pair):
@@ -186,6 +191,11 @@ def test_a_speedup_appears_only_with_an_honest_interval():
     # 6 rounds, distinct ends: the speed-up with its interval.
     honest = page_real.decoding_section(_decoding(6, 1.05, 1.24))
     assert "1.16x [1.05, 1.24]" in honest and "6 interleaved rounds" in honest
+    # The JSON keeps exactly the speed-ups the page shows.
+    table = _decoding(6, 1.05, 1.24)["datasets"]["mt-bench"]
+    assert real_model.honest_table(table)["rows"][0]["speedup"] == 1.16
+    table = _decoding(1, 1.16, 1.16)["datasets"]["mt-bench"]
+    assert real_model.honest_table(table)["rows"][0]["speedup_low"] is None
     # The decode-table helper may leave the speed-up None below 6 rounds.
     missing = _decoding(6, None, None)
     missing["datasets"]["mt-bench"]["rows"][0]["speedup"] = None
