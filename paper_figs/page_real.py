@@ -149,6 +149,23 @@ def _violations(entry: dict) -> str:
     )
 
 
+def pool_line(entry: dict) -> str:
+    """What the pool holds and how it was had in this run: built (with the seconds of
+    each pass) or read back from the cache."""
+    info = entry.get("pool_info") or {}
+    if "positions" not in info:
+        return str(entry.get("pool", ""))
+    text = f"{info['positions']:,} positions from {info.get('prompts', '?')} prompts"
+    built = info.get("shards_built", 0)
+    if not built:
+        return text + ", read back from the cache"
+    return (
+        f"{text}; built in this run ({built} shard{'s' if built != 1 else ''}): "
+        f"{info.get('generation_seconds', 0):.1f} s sampling continuations, "
+        f"{info.get('teacher_forcing_seconds', 0):.1f} s teacher forcing"
+    )
+
+
 def real_figure_html(figure: Figure) -> str:
     """The trade-off figure with its caption (links relative to the report's folder)."""
     return (
@@ -187,7 +204,7 @@ def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> s
         parts.append(f"<h3>{html.escape(DATASET_TITLES.get(name, name))}</h3>")
         if sentence:
             parts.append(f"<p class='quote'><b>{html.escape(sentence)}</b></p>")
-        parts.append(f"<p>Pool: {html.escape(str(entry.get('pool', '')))}.</p>")
+        parts.append(f"<p>Pool: {html.escape(pool_line(entry))}.</p>")
         parts.append(_violations(entry))
         parts.append(tradeoff_table(document, shown_k))
         if entry.get("csv"):

@@ -137,6 +137,11 @@ def test_a_rerun_reads_the_pool_back(section, tiny_pair):
     )  # fmt: skip
     entry = again["tradeoff"]["mt-bench"]
     assert entry["pool_info"]["shards_built"] == 0
+    assert page_real.pool_line(entry).endswith("prompts, read back from the cache")
+    first = found["tradeoff"]["mt-bench"]
+    assert f"built in this run ({first['pool_info']['shards_built']} shard" in (
+        page_real.pool_line(first)
+    )
     assert entry["document"] == found["tradeoff"]["mt-bench"]["document"]
 
 
