@@ -192,10 +192,35 @@ def _settings_note(real_model: dict) -> str:
     )
 
 
+def costs_note(real_model: dict, shown_k: int) -> str:
+    """What the predicted speed-ups rest on (the measured c and v_k), or why there are
+    none."""
+    costs = real_model.get("costs")
+    if not costs:
+        reason = real_model.get("costs_unavailable")
+        why = f": {html.escape(reason)}" if reason else ""
+        return f"<p>No predicted speed-up: the draft and verify costs were not measured{why}.</p>"
+    key = str(shown_k)
+    settings = costs.get("settings", {})
+    verify = costs["verify_costs"].get(key)
+    return (
+        f"<p>Predicted speed-up at k = {shown_k}: (AL_{shown_k} + 1)/({shown_k}c + "
+        f"v_{shown_k}), with the pair's draft cost c = {costs['draft_cost']:.3f} and verify "
+        f"cost v_{shown_k} = {_number(verify, 2)} autoregressive steps (one step: "
+        f"{1e3 * costs['step_seconds']:.0f} ms), measured with the decoder on "
+        f"{settings.get('num_prompts', '?')} prompt(s) × {settings.get('max_new_tokens', '?')} "
+        f"tokens, median of {settings.get('rounds', '?')} interleaved round(s), "
+        f"{html.escape(str(settings.get('dtype', '?')))} on {settings.get('threads', '?')} "
+        "thread(s). It is a prediction, not a measured speed-up: it assumes every draft "
+        "position accepts with the pool's α (deeper positions accept less), and timings on a "
+        "shared machine move c and v_k.</p>"
+    )
+
+
 def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> str:
     """The figure, then per set: the sentence, the pool, the dominance check, the table."""
     entries = real_model.get("tradeoff") or {}
-    parts = [POOL_NOTE, _settings_note(real_model)]
+    parts = [POOL_NOTE, _settings_note(real_model), costs_note(real_model, shown_k)]
     if figure is not None:
         parts.append(real_figure_html(figure))
     for name, entry in entries.items():

@@ -4,7 +4,10 @@ contexts of the default pair, then the paper's decoding table.
 ``run(out, quick)`` loads the default pair (``cactus_theory.real.smollm``:
 SmolLM2-135M-Instruct and its shipped feature draft), bfloat16 on one CPU thread, and for
 each evaluation set of ``DATASETS`` (``cactus_theory.real.datasets``: MT-Bench's first
-turns, HumanEval, the held-out prompts):
+turns, HumanEval, the held-out prompts), after measuring the pair's draft cost c and
+verify costs v_k once (``speed_costs``: ``real.costs.measure_costs`` on the first set's
+prompts, cached under ``out/real-model``; if they cannot be measured the predicted
+speed-ups are left out and ``costs_unavailable`` says why):
 
 1. builds the set's pool (``real.pools.build_pool`` with ``POOL``: at least 2,000
    positions of the verifier's own sampled continuations, teacher-forced; ``--quick``:
@@ -12,8 +15,9 @@ turns, HumanEval, the held-out prompts):
    rerun reads it back and an interrupted run resumes;
 2. computes the exact trade-off of ``tradeoff.default_rules()`` on it (``real.tradeoff``:
    acceptance, KL and TV of the emitted law per token, the frontier at each rule's KL,
-   predicted AL for k = 1..``K_MAX``) and checks that the frontier dominates every rule
-   of finite KL (``checked_dominance``, recorded, never assumed);
+   predicted AL and speed-up (AL_k + 1)/(k c + v_k) for k = 1..``K_MAX``) and checks
+   that the frontier dominates every rule of finite KL (``checked_dominance``, recorded,
+   never assumed);
 3. writes the trade-off as ``out/real-tradeoff-<set>.csv``.
 
 Then the decoding table (``real.decode_table``: autoregressive and the paper's rules,
@@ -21,11 +25,12 @@ decoded) on the sets of ``TABLE_DATASETS`` (the first set when none is among the
 cached per row and round under ``out/real-model/``. The report runs it in
 ``TABLE.repeats`` round(s) only, so it has no honest speed-up interval (that needs at
 least ``HONEST_ROUNDS`` interleaved rounds; ``cactus bench decode`` runs them): the page
-shows its AL, α and KL and leaves its timings out (``honest_speedups``).
+shows its AL, α and KL and leaves its timings out (``honest_speedup``, ``honest_table``).
 
 Everything goes to ``out/real_model.json``::
 
     {"pair": {...}, "device", "dtype", "threads", "pool_settings": {...},
+     "costs": Costs.as_json() or null,
      "tradeoff": {set: {"document": tradeoff.to_json(...), "pool": describe line,
                         "pool_info": {...}, "violations": [...],
                         "infinite_kl_above_frontier": [...],
@@ -60,6 +65,10 @@ POOL = PoolSettings(
 QUICK_POOL = PoolSettings(
     positions=400, num_prompts=8, max_new_tokens=128, sampling=PAPER_SETTING, batch_size=4
 )
+#: How the draft cost c and the verify costs v_k (``real.costs.measure_costs``, once per
+#: run, on the first set's prompts) are measured for the predicted speed-ups.
+COSTS = {"num_prompts": 2, "max_new_tokens": 24, "rounds": 3}
+QUICK_COSTS = {"num_prompts": 1, "max_new_tokens": 16, "rounds": 1}
 #: Predicted AL for k = 1..K_MAX; the page's table shows k = SHOWN_K.
 K_MAX = 5
 SHOWN_K = 3
@@ -97,17 +106,20 @@ def run(
     pool_settings: PoolSettings | None = None,
     table_settings: TableSettings | None = None,
     prompts: dict[str, list[str]] | None = None,
+    costs: dict | None = None,
 ) -> dict:
     """The section's results as a dict (also written to ``out/real_model.json``; module
     docstring); ``{"unavailable": reason}`` when the pair or torch is missing.
 
     ``pair`` (a ``decode.runs.Pair``), ``datasets``, ``pool_settings``,
-    ``table_settings`` and ``prompts`` ({set: prompts}, instead of
-    ``real.datasets.prompts``) override the defaults (tests use a tiny pair)."""
+    ``table_settings``, ``prompts`` ({set: prompts}, instead of ``real.datasets.prompts``)
+    and ``costs`` (``measure_costs``'s settings) override the defaults (tests use a tiny
+    pair)."""
     out = Path(out)
     names = datasets or (QUICK_DATASETS if quick else DATASETS)
     pool_settings = pool_settings or (QUICK_POOL if quick else POOL)
     table_settings = table_settings or (QUICK_TABLE if quick else TABLE)
+    cost_settings = costs or (QUICK_COSTS if quick else COSTS)
     try:
         import torch
     except ImportError as error:
@@ -115,7 +127,9 @@ def run(
     previous = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        result = _run(out, names, pool_settings, table_settings, prompts, pair, progress, say)
+        result = _run(
+            out, names, pool_settings, table_settings, cost_settings, prompts, pair, progress, say
+        )
     except (ImportError, ValueError, OSError) as error:
         return _unavailable(out, error, say)
     finally:
@@ -131,7 +145,7 @@ def _unavailable(out: Path, error: Exception, say) -> dict:
     return result
 
 
-def _run(out, names, pool_settings, table_settings, prompts, pair, progress, say) -> dict:
+def _run(out, names, pool_settings, table_settings, cost_settings, prompts, pair, progress, say):
     import torch
 
     from cactus_theory.decode.runs import load_setup
@@ -143,10 +157,19 @@ def _run(out, names, pool_settings, table_settings, prompts, pair, progress, say
     setup = load_setup(chosen, torch.device(DEVICE), DTYPE)
     timings["load"] = time.perf_counter() - mark
     texts = {name: (prompts or {}).get(name) or datasets.prompts(name) for name in names}
+    mark = time.perf_counter()
+    setup.prompts = list(texts[names[0]])
+    measured, costs_reason = None, None
+    try:
+        measured = speed_costs(out, setup, cost_settings, say)
+    except (ValueError, RuntimeError) as error:
+        costs_reason = f"{type(error).__name__}: {error}"
+        say(f"real-model costs unavailable (no predicted speed-up): {costs_reason}")
+    timings["costs"] = time.perf_counter() - mark
     trade = {}
     for name in names:
         setup.prompts = list(texts[name])
-        trade[name] = dataset_tradeoff(out, setup, name, pool_settings, progress)
+        trade[name] = dataset_tradeoff(out, setup, name, pool_settings, measured, progress)
     timings["pools"] = sum(entry["seconds"]["pool"] for entry in trade.values())
     timings["tradeoff"] = sum(entry["seconds"]["tradeoff"] for entry in trade.values())
     result = {
@@ -155,8 +178,11 @@ def _run(out, names, pool_settings, table_settings, prompts, pair, progress, say
         "dtype": DTYPE,
         "threads": THREADS,
         "pool_settings": pool_fields(pool_settings),
+        "costs": None if measured is None else measured.as_json(),
         "tradeoff": trade,
     }
+    if costs_reason:
+        result["costs_unavailable"] = costs_reason
     mark = time.perf_counter()
     try:
         table_names = [name for name in names if name in TABLE_DATASETS] or list(names[:1])
@@ -178,8 +204,49 @@ def pool_fields(settings: PoolSettings) -> dict:
     return fields
 
 
-def dataset_tradeoff(out: Path, setup, name: str, settings: PoolSettings, progress: bool) -> dict:
-    """One set's pool and exact trade-off (module docstring, steps 1-3)."""
+def speed_costs(out: Path, setup, settings: dict, say):
+    """``real.costs.Costs`` of the pair for k = 1..``K_MAX``, measured once with the
+    decoder (``measure_costs`` with ``settings``) and cached as JSON under
+    ``out/real-model``, keyed by the pair, the prompts, the settings, the device, dtype
+    and threads (a rerun reads it back)."""
+    import json
+
+    from cactus_theory.real import costs
+    from cactus_theory.real.decode_table import pair_identity
+    from cactus_theory.util import provenance
+
+    key = provenance.fingerprint(
+        "costs",
+        pair_identity(setup),
+        setup.prompts[: settings["num_prompts"]],
+        settings,
+        K_MAX,
+        DEVICE,
+        DTYPE,
+        THREADS,
+    )
+    path = out / "real-model" / f"costs-{key}.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return costs.Costs(
+                draft_cost=data["draft_cost"],
+                verify_costs={int(k): v for k, v in data["verify_costs"].items()},
+                step_seconds=data["step_seconds"],
+                settings=data["settings"],
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # damaged: measured again
+    measured = costs.measure_costs(setup, range(1, K_MAX + 1), progress=say, **settings)
+    atomic_write_json(path, measured.as_json(), indent=1)
+    return measured
+
+
+def dataset_tradeoff(
+    out: Path, setup, name: str, settings: PoolSettings, measured, progress: bool
+) -> dict:
+    """One set's pool and exact trade-off (module docstring, steps 1-3), with predicted
+    speed-ups when the costs were ``measured`` (a ``real.costs.Costs``)."""
     from cactus_theory.real import pools, tradeoff
 
     mark = time.perf_counter()
@@ -194,7 +261,13 @@ def dataset_tradeoff(out: Path, setup, name: str, settings: PoolSettings, progre
     )
     pool_seconds = time.perf_counter() - mark
     mark = time.perf_counter()
-    found = tradeoff.tradeoff(pool, tradeoff.default_rules(), k_max=K_MAX)
+    found = tradeoff.tradeoff(
+        pool,
+        tradeoff.default_rules(),
+        k_max=K_MAX,
+        draft_cost=None if measured is None else measured.draft_cost,
+        verify_costs=None if measured is None else measured.verify_costs,
+    )
     violations, outside = checked_dominance(found)
     document = tradeoff.to_json(
         found,

@@ -97,7 +97,15 @@ def test_the_json_rows_are_the_exact_tradeoff_of_the_same_pool(section, tiny_pai
         len(pool) >= POOL.positions
     )
     assert entry["document"]["positions"] == len(pool) > 0
-    expected = tradeoff.tradeoff(pool, tradeoff.default_rules(), k_max=real_model.K_MAX)
+    costs = stored["costs"]  # measured once by the run (timings: not reproducible)
+    assert set(costs["verify_costs"]) == {str(k) for k in range(1, real_model.K_MAX + 1)}
+    expected = tradeoff.tradeoff(
+        pool,
+        tradeoff.default_rules(),
+        k_max=real_model.K_MAX,
+        draft_cost=costs["draft_cost"],
+        verify_costs={int(k): value for k, value in costs["verify_costs"].items()},
+    )
     document = entry["document"]
     assert document["rows"] == tradeoff.to_json(expected)["rows"]
     assert document["frontier"] == tradeoff.to_json(expected)["frontier"]
@@ -120,7 +128,8 @@ def test_the_json_rows_are_the_exact_tradeoff_of_the_same_pool(section, tiny_pai
     cactus = real_model.find_row(document, "cactus:delta=1")
     assert sps["kl_per_token"] == pytest.approx(0.0, abs=1e-12)
     assert cactus["acceptance"] >= sps["acceptance"]
-    assert set(stored["timings"]) == {"load", "pools", "tradeoff", "decode_table"}
+    assert set(stored["timings"]) == {"load", "costs", "pools", "tradeoff", "decode_table"}
+    assert set(cactus["predicted_speedup"]) == set(cactus["predicted_al"])
     table = stored["datasets"]["mt-bench"]
     assert table["rows"][0]["rule"] == "autoregressive"
     # One round: the JSON carries no speed-up either (no degenerate interval to reuse).
@@ -136,6 +145,7 @@ def test_a_rerun_reads_the_pool_back(section, tiny_pair):
         prompts={"mt-bench": PROMPTS}, pool_settings=POOL, table_settings=TABLE,
     )  # fmt: skip
     entry = again["tradeoff"]["mt-bench"]
+    assert again["costs"] == found["costs"]  # read back, not measured again
     assert entry["pool_info"]["shards_built"] == 0
     assert page_real.pool_line(entry).endswith("prompts, read back from the cache")
     first = found["tradeoff"]["mt-bench"]
@@ -163,6 +173,8 @@ def test_the_page_quotes_the_json_numbers_and_prints_no_degenerate_interval(sect
     assert "No speed-up is shown" in page and "speed-up (95% interval)" not in page
     assert not DEGENERATE.search(page)
     assert "Dominance checked" in page
+    three = f"{cactus['predicted_speedup']['3']:.2f}x"
+    assert f"<td>{three}</td>" in page and "It is a prediction, not a measured speed-up" in page
     # A planted violation is shown as one (the check's own tests plant it in the rows).
     planted = json.loads(json.dumps(found))
     planted["tradeoff"]["mt-bench"]["violations"] = ["tas: acceptance 0.9 > frontier 0.5"]
