@@ -218,11 +218,11 @@ def costs_note(real_model: dict, shown_k: int) -> str:
 
 
 def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> str:
-    """The figure, then per set: the sentence, the pool, the dominance check, the table."""
+    """The figure, what the pools are, the costs, then per set: the sentence, the pool,
+    the dominance check, the table."""
     entries = real_model.get("tradeoff") or {}
-    parts = [POOL_NOTE, _settings_note(real_model), costs_note(real_model, shown_k)]
-    if figure is not None:
-        parts.append(real_figure_html(figure))
+    parts = [] if figure is None else [real_figure_html(figure)]
+    parts += [POOL_NOTE, _settings_note(real_model), costs_note(real_model, shown_k)]
     for name, entry in entries.items():
         document = entry["document"]
         sentence = tradeoff_sentence(name, document)
@@ -298,7 +298,9 @@ def _decoding_note(table: dict, honest_rounds: int) -> str:
         f"{sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
         f"{sampling['top_p']:g}, seed {settings['seed']}. {timing} With this few tokens, "
         "AL and α carry sampling noise of several hundredths (tokens: generated tokens per "
-        "rule); the trade-off tables above are exact. AL: accepted drafts per verify step; "
+        "rule); the trade-off tables above are exact. The decoder's α averages all k draft "
+        "positions, and the feature draft accepts less at deeper ones, so it sits below the "
+        "pool's α (its first position). AL: accepted drafts per verify step; "
         "α: accepted drafts / drafted positions reached; KL/token: the divergence meter's "
         "exact KL(emitted law ‖ q) per generated token; NLL: the verifier's negative "
         "log-likelihood of the text (nats/token, T = 1).</p>"
