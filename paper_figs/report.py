@@ -11,8 +11,12 @@
    After the sweep, a progress bar counts the checks the child has finished (each cached in
    ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
    argument runs in this process instead (tests inject one);
-3. the real-model section (``cactus_theory.real.real_model``: the exact trade-off on pools
-   of real contexts, the decoding table), after the claims check, on a quiet machine;
+3. the real-model section (``cactus_theory.real.real_model``: the pair's costs, the exact
+   trade-off on pools of real contexts, the decoding table), as a second child
+   (``start_real_model``) that a thread starts as soon as the claims child has ended, on
+   the core it freed while the sweep still runs (one torch thread), so on 2 cores the job
+   takes about max(sweep, claims + real model); its pools, costs and table rows are
+   cached under ``out/real-model``, so an interrupted run resumes there too;
 4. the figures (``paper_figs.figures``, and ``paper_figs.figures_real`` for the
    real-model section) into ``out/figures`` as PNG and SVG;
 5. ``out/report.html`` (``paper_figs.page``): the summary table, the real-model section,
@@ -282,14 +286,16 @@ def build(
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
 
-    ``real_model``: run the real-model section (``cactus_theory.real.real_model``: pools,
-    the exact trade-off, the decoding table) after the claims, on a quiet machine; False
-    skips it, a callable replaces it (tests). Its stage timings are recorded as
-    ``real_model_<stage>``.
+    ``real_model``: run the real-model section (``cactus_theory.real.real_model``: costs,
+    pools, the exact trade-off, the decoding table) in a child process once the claims
+    child ends (module docstring; in this process after the claims when a
+    ``claims_runner`` is given); False skips it, a callable replaces it, in this process
+    (tests). Its stage timings are recorded as ``real_model_<stage>``.
 
     The output folder is locked for the whole run (a second run into it is a ValueError),
-    and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
-    sweep cells and checks stay cached, and a rerun resumes from them.
+    and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims and real-model children are
+    stopped, finished sweep cells, checks and pool shards stay cached, and a rerun resumes
+    from them.
     """
     from sims import sweep
 
