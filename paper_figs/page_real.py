@@ -241,6 +241,31 @@ def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> s
 # -- the decoding table ---------------------------------------------------------------------
 
 
+#: z of a two-sided 95% normal interval.
+Z95 = 1.959963984540054
+
+
+def al_half_width(row: dict) -> float | None:
+    """A 95% half-width for a decoded row's AL from its own counts: accepted drafts per
+    step lie in [0, k], so their variance is at most AL (k − AL) (Bhatia–Davis), and over
+    n verify steps (tokens / tokens per call; steps treated as independent) the half-width
+    is at most z·√(AL (k − AL)/n). None without the counts."""
+    tokens, per_call, k = row.get("tokens"), row.get("tokens_per_call"), row.get("k")
+    if not tokens or not per_call or not k:
+        return None
+    al = row["acceptance_length"]
+    steps = tokens / per_call
+    return Z95 * math.sqrt(max(al * (k - al), 0.0) / steps)
+
+
+def al_cell(row: dict) -> str:
+    """AL with its half-width bound (``al_half_width``); no ± when the bound is 0 (every
+    step accepted none or all k drafts) or unknown."""
+    half = al_half_width(row)
+    text = f"{row['acceptance_length']:.2f}"
+    return text if not half else f"{text} ± {half:.2f}"
+
+
 def decoding_table(table: dict) -> str:
     """One set's decoding table: AL, tokens per call, α, KL and NLL; the measured
     speed-up only where ``real_model.honest_speedup`` allows it (else left out)."""
@@ -262,7 +287,7 @@ def decoding_table(table: dict) -> str:
             html.escape(row["label"]),
             str(row["k"]),
             str(row.get("tokens", "–")),
-            f"{row['acceptance_length']:.2f}",
+            al_cell(row),
             f"{row['tokens_per_call']:.2f}",
             _number(row.get("alpha"), 2),
             _kl(row["kl_per_token"]) if row["kl_per_token"] is not None else "–",
@@ -297,13 +322,15 @@ def _decoding_note(table: dict, honest_rounds: int) -> str:
         f"{settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, T = "
         f"{sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
         f"{sampling['top_p']:g}, seed {settings['seed']}. {timing} With this few tokens, "
-        "AL and α carry sampling noise of several hundredths (tokens: generated tokens per "
-        "rule); the trade-off tables above are exact. The decoder's α averages all k draft "
-        "positions, and the feature draft accepts less at deeper ones, so it sits below the "
-        "pool's α (its first position). AL: accepted drafts per verify step; "
-        "α: accepted drafts / drafted positions reached; KL/token: the divergence meter's "
-        "exact KL(emitted law ‖ q) per generated token; NLL: the verifier's negative "
-        "log-likelihood of the text (nats/token, T = 1).</p>"
+        "AL and α carry large sampling noise (tokens: generated tokens per rule): AL's ± is "
+        "a 95% bound from its own counts (accepted drafts per step lie in [0, k], so their "
+        "variance is at most AL (k − AL); steps treated as independent), and rows whose "
+        "intervals overlap do not order; the trade-off tables above are exact. The decoder's "
+        "α averages all k draft positions, and the feature draft accepts less at deeper "
+        "ones, so it sits below the pool's α (its first position). AL: accepted drafts per "
+        "verify step; α: accepted drafts / drafted positions reached; KL/token: the "
+        "divergence meter's exact KL(emitted law ‖ q) per generated token; NLL: the "
+        "verifier's negative log-likelihood of the text (nats/token, T = 1).</p>"
     )
 
 

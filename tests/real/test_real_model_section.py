@@ -208,6 +208,12 @@ def test_a_speedup_appears_only_with_an_honest_interval():
     # 6 rounds, distinct ends: the speed-up with its interval.
     honest = page_real.decoding_section(_decoding(6, 1.05, 1.24))
     assert "1.16x [1.05, 1.24]" in honest and "6 interleaved rounds" in honest
+    # AL carries its 95% bound from its own counts: 64 tokens at 1.8 per call, k = 3.
+    half = 1.959963984540054 * (0.8 * (3 - 0.8) / (64 / 1.8)) ** 0.5
+    assert f"<td>0.80 ± {half:.2f}</td>" in one_round and f"{half:.2f}" == "0.44"
+    none_accepted = _decoding(1, None, None)
+    none_accepted["datasets"]["mt-bench"]["rows"][0]["acceptance_length"] = 0.0
+    assert "<td>0.00</td>" in page_real.decoding_section(none_accepted)  # no "± 0.00"
     # The JSON keeps exactly the speed-ups the page shows.
     table = _decoding(6, 1.05, 1.24)["datasets"]["mt-bench"]
     assert real_model.honest_table(table)["rows"][0]["speedup"] == 1.16
