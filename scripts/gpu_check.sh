@@ -13,14 +13,19 @@
 #    uniforms, the torch law and the meter equal numpy's, the sampler's law by chi-square;
 # 3. cactus bench sampler --device cuda: the built-ins at B=64, k=10, V=151,936, then every
 #    rule (engines' and the docs' example on the generic adapter) at B=8, k=5, V=49,152;
-# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there).
+# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there);
+# 5. the real pool on CUDA against the CPU (scripts/gpu_pool_check.py): the CPU's sampled
+#    contexts teacher-forced on CUDA give the same (q, p) rows within 1e-4, and a pool built
+#    wholly on CUDA, its positions/s; then `cactus tradeoff --device cuda` on the stdlib pair.
 #
 # The pair: if $CACTUS_CACHE (default ~/.cache/cactus-theory) already holds the CPU-trained
 # pair (copy that folder along to reuse it), it is used; otherwise a pair with the same
 # configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
 # minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
 # OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 140 s,
-# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s (worst case 540 s).
+# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s, pool 60 + 60 s (worst
+# case 660 s; a call may run 600 s, so give it timeout_s 600 and expect the last stage cut
+# only when the pair has to be trained).
 # Exit status 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,5 +110,14 @@ stamp "bench decode"
 timeout 100 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
   --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
 grep -v "it/s\]" "$out/bench_decode.log" | tail -16
+stamp "pool on CUDA against the CPU"
+timeout 60 python scripts/gpu_pool_check.py "$pair_dir" cuda 2>&1 | grep -v "Loading weights" \
+  | tee "$out/pool_check.json" | tail -2
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+timeout 60 python -m cactus_theory.cli tradeoff --device cuda --dtype float32 --no-costs \
+  --verifier "$pair_dir/verifier" --draft "$pair_dir/draft" --raw --quiet \
+  --dataset "$pair_dir/heldout_prompts.jsonl" --positions 1000 --cache "$out/pools" \
+  --out "$out/tradeoff" > "$out/tradeoff.log" 2>&1 || status=1
+grep -E "^pool:|^sps |^cactus:delta=1.0 |frontier check|^On " "$out/tradeoff.log"
 stamp "done (status $status)"
 exit "$status"

@@ -11,9 +11,17 @@ them, the sampler's share of decode time and the meter's cost relative to a veri
 (``cactus_theory.real.decode_table`` defines every column). Finished rows are cached
 (``--cache DIR``), so an interrupted run resumes.
 
+A speed-up is given only with an honest interval: with fewer than 6 rounds the speed-up
+and interval columns show "-" and a line says why. ``--batch-sizes 1 2 4 8`` runs the
+table at each batch size (each with its own baseline, interleaved in the same rounds) and
+adds every row's speed-up over the first size's baseline: where plain batching overtakes
+speculation. JSON rows also carry ``steps``, ``reached_by_position``,
+``alpha_by_position`` (acceptance at draft positions 1..k) and ``verify_cost`` (v).
+
 Defaults: the default pair and its prompts, the paper's sampling setting (T = 0.6, top-k
-20, top-p 0.95), batch size 1 (latency), rules sps, tas, cactus δ = 0.5 and 1,
-cactus-exact δ = 1, frontier δ = 1, at k = 3 and 5.
+20, top-p 0.95), batch size 1 (latency), ``--dtype auto`` (the dtype measured fastest for
+a verify forward here, ``cactus_theory.real.precision``), rules sps, tas, cactus δ = 0.5
+and 1, cactus-exact δ = 1, frontier δ = 1, at k = 3 and 5, 6 rounds.
 """
 
 from __future__ import annotations
@@ -49,8 +57,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=6,
-        help="interleaved rounds over the whole table; 6 or more give a 95%% interval for "
-        "each speed-up (default 6)",
+        help="interleaved rounds over the whole table; 6 or more give each speed-up with a "
+        "95%% interval, fewer give no speed-up at all (default 6)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        metavar="B",
+        help="run the whole table at each batch size (e.g. 1 2 4 8), each with its own "
+        "baseline, interleaved; adds each row's speed-up over the first size's baseline, "
+        "to see where plain batching overtakes speculation (replaces --batch-size)",
     )
     parser.add_argument(
         "--cache", metavar="DIR", help="cache finished rows here, so a rerun resumes"
@@ -59,47 +76,69 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def table_lines(table: dict) -> list[str]:
-    """The table as aligned text lines."""
-    header = (
-        f"{'rule':<24} {'k':>3} {'AL':>5} {'tok/call':>8} {'tokens/s':>9} {'speed-up':>8} "
-        f"{'interval':>11} "
-        f"{'KL/token':>9} {'NLL':>6} {'α':>5} {'c':>5} {'pred.':>6} {'sampler':>7} {'meter':>6}"
+    """The table as aligned text lines; "-" for a speed-up without an honest interval
+    (fewer than 6 rounds) and for columns a row lacks. With several batch sizes, a batch
+    column and the speed-up over the reference batch's baseline ("vs b1")."""
+    batches = len(table["settings"]["batch_sizes"] or ()) > 1
+    reference = table.get("reference_batch_size", 1)
+    header = f"{'rule':<24} {'k':>3} " + (f"{'batch':>5} " if batches else "")
+    header += (
+        f"{'AL':>5} {'tok/call':>8} {'tokens/s':>9} {'speed-up':>8} {'interval':>12} "
+        + (f"{f'vs b{reference}':>8} {'interval':>12} " if batches else "")
+        + f"{'KL/token':>9} {'NLL':>6} {'α1':>5} {'α':>5} {'c':>5} {'v':>5} {'pred.':>6} "
+        f"{'sampler':>7} {'meter':>6}"
     )
     lines = [header, "-" * len(header)]
     for row in table["rows"]:
         kl = "-" if row["kl_per_token"] is None else f"{row['kl_per_token']:.4f}"
+        alphas = row.get("alpha_by_position") or []
+        first_alpha = "-" if not alphas or alphas[0] is None else f"{alphas[0]:.2f}"
         extra = "".join(
             f" {row[key]:>{width}.{digits}f}{suffix}"
-            if key in row
+            if row.get(key) is not None
             else f" {'-':>{width + len(suffix)}}"
             for key, width, digits, suffix in (
                 ("alpha", 5, 2, ""),
                 ("cost_ratio", 5, 3, ""),
+                ("verify_cost", 5, 2, ""),
                 ("predicted_speedup", 5, 2, "x"),
                 ("sampler_share", 6, 1, "%"),
                 ("meter_over_verify", 5, 1, "%"),
             )
         )
-        lines.append(
-            f"{row['label']:<24} {row['k']:>3} {row['acceptance_length']:>5.2f} "
-            f"{row['tokens_per_call']:>8.2f} {row['tokens_per_second']:>9.1f} "
-            f"{row['speedup']:>7.2f}x {interval(row):>11} {kl:>9} {row['verifier_nll']:>6.3f}"
-            + extra.replace(" %", "%")
+        line = f"{row['label']:<24} {row['k']:>3} " + (
+            f"{row['batch_size']:>5} " if batches else ""
         )
+        line += (
+            f"{row['acceptance_length']:>5.2f} {row['tokens_per_call']:>8.2f} "
+            f"{row['tokens_per_second']:>9.1f} {speedup(row)} {interval(row):>12} "
+        )
+        if batches:
+            line += f"{speedup(row, '_over_reference')} {interval(row, '_over_reference'):>12} "
+        line += f"{kl:>9} {row['verifier_nll']:>6.3f} {first_alpha:>5}" + extra.replace(" %", "%")
+        lines.append(line)
     return lines
 
 
+def speedup(row: dict, suffix: str = "") -> str:
+    """The speed-up, 8 wide, or "-" where none is given (fewer than 6 rounds)."""
+    value = row.get(f"speedup{suffix}")
+    return f"{'-':>8}" if value is None else f"{value:>7.2f}x"
+
+
 def _coverage(table: dict) -> str:
-    coverages = {round(row.get("speedup_coverage", 0.0), 3) for row in table["rows"]}
+    coverages = {
+        round(row["speedup_coverage"], 3) for row in table["rows"] if "speedup_coverage" in row
+    }
     return ", ".join(f"{100 * value:.1f}%" for value in sorted(coverages))
 
 
-def interval(row: dict) -> str:
+def interval(row: dict, suffix: str = "") -> str:
     """The speed-up's order-statistic interval, "[low, high]"
-    (``cactus_theory.real.decode_table``)."""
-    if "speedup_low" not in row:
+    (``cactus_theory.real.decode_table``), or "-" where none is given."""
+    if f"speedup{suffix}_low" not in row:
         return "-"
-    return f"[{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
+    return f"[{row[f'speedup{suffix}_low']:.2f}, {row[f'speedup{suffix}_high']:.2f}]"
 
 
 def _percent(table: dict) -> dict:
@@ -132,9 +171,10 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         num_prompts=args.num_prompts or DEFAULT_PROMPTS,
         max_new_tokens=args.max_new_tokens,
         sampling=decoding.sampling,
-        batch_size=args.batch_size,
+        batch_size=args.batch_sizes[0] if args.batch_sizes else args.batch_size,
         seed=args.seed,
         repeats=args.repeats,
+        batch_sizes=tuple(args.batch_sizes or ()),
     )
     setup = setup_from_args(args, default_pair)
     table = decode_table.run(
@@ -146,9 +186,14 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         threads=torch.get_num_threads(),
     )
     sampling = settings.sampling
+    batch = (
+        "es " + " ".join(map(str, settings.sizes))
+        if args.batch_sizes
+        else f" {settings.batch_size}"
+    )
     print(
-        f"\n{len(setup.prompts)} prompts x {settings.max_new_tokens} new tokens, batch "
-        f"{settings.batch_size}, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
+        f"\n{len(setup.prompts)} prompts x {settings.max_new_tokens} new tokens, batch"
+        f"{batch}, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
         f"top-p={sampling.top_p:g}, {args.device} {args.dtype}, {torch.get_num_threads()} "
         f"threads, seed {settings.seed}; tokens/s: median of {settings.repeats} interleaved "
         f"rounds{'; chat template' if setup.chat else ''}"
@@ -158,14 +203,23 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
     print(
         "AL = accepted drafts per verify step (bonus excluded); tok/call = tokens per verifier "
         "call; speed-up = median over rounds of the paired ratio to the same round's "
-        "baseline, interval = its order-statistic interval (coverage "
-        f"{_coverage(table)}); KL/token = the meter's exact KL(emitted ‖ verifier) per "
-        "generated token; NLL = "
-        "verifier negative log-likelihood (nats/token, T=1); α = per-position acceptance; "
-        "c = draft cost per draft token / autoregressive cost per token; pred. = Leviathan's "
-        "(1 − α^(k+1)) / ((1 − α)(kc + 1)); sampler = the rule's share of decode time; "
-        "meter = the divergence meter's cost / the verify step's"
+        "baseline at the same batch size, interval = its order-statistic interval (coverage "
+        f"{_coverage(table) or '-'}); "
+        + (
+            f"vs b{table['reference_batch_size']} = the same over the batch "
+            f"{table['reference_batch_size']} baseline; "
+            if args.batch_sizes and len(settings.sizes) > 1
+            else ""
+        )
+        + "KL/token = the meter's exact KL(emitted ‖ verifier) per generated token; NLL = "
+        "verifier negative log-likelihood (nats/token, T=1); α1 = acceptance at draft "
+        "position 1; α = per-position acceptance pooled over positions; c = draft cost per "
+        "draft token and v = verify cost per verifier call, in autoregressive steps; pred. = "
+        "Leviathan's (1 − α^(k+1)) / ((1 − α)(kc + 1)) (assumes v = 1); sampler = the rule's "
+        "share of decode time; meter = the divergence meter's cost / the verify step's"
     )
+    if "speedup_note" in table:
+        print(table["speedup_note"])
     differing = [f"{row['label']} k={row['k']}" for row in table["rows"] if not row["rounds_agree"]]
     if differing:
         print(
@@ -173,5 +227,6 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             "are from the first round; nondeterministic kernels?)"
         )
     if args.json:
+        table = {**table, "dtype": args.dtype, "dtype_choice": args.dtype_choice}
         atomic_write_json(args.json, table, indent=2)
     return 0

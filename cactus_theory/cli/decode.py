@@ -14,7 +14,17 @@ summary: AL (mean accepted drafts per verify step, bonus excluded, as in the pap
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
 per sequence, ``cactus_theory.sampler.divergence_meter``), the speed-up over plain
 autoregressive decoding of the same prompts with the same settings (measured in the same
-run), the acceptance histogram and the verifier NLL of both outputs.
+run; one run, so no interval: ``cactus bench decode`` gives one), the acceptance histogram
+and the verifier NLL of both outputs. A "why" line explains the speed-up from the run's own
+numbers (``decode.runs.StepCosts``): the draft cost c and the verify call's cost v in
+autoregressive steps, α at each draft position, AL and the predicted (AL + 1) / (k c + v);
+below 1 it says which of them makes speculation lose.
+
+Defaults are the setting where speculation is meant to pay: batch 1 (at larger batches on a
+CPU the verifier is compute-bound and a verify call of k + 1 tokens per row costs several
+autoregressive steps instead of about one) and ``--dtype auto``, the dtype measured fastest
+for a verify forward on this device (``cactus_theory.real.precision``; the choice and both
+times are printed, and written to ``--json``).
 
 Prompt files: ``.jsonl`` holds one JSON string or {"prompt": "..."} object per line; any
 other file holds one prompt per non-empty line, with ``\\n`` and ``\\t`` read as escapes.
@@ -23,6 +33,7 @@ other file holds one prompt per non-empty line, with ``\\n`` and ``\\t`` read as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 
@@ -32,19 +43,25 @@ from cactus_theory.decode.runs import (
     Pair,
     RunSettings,
     Setup,
+    StepCosts,
     Totals,
     load_setup,
     run_prompts,
+    step_costs,
+    step_seconds,
     warm_up,
 )
 from cactus_theory.util.files import atomic_write_json, check_writable
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: The flags that set one rule parameter each (merged into --rule).
 PARAMETER_FLAGS = ("delta", "alpha", "epsilon", "divergence")
 #: The rule without --rule, and its δ without --delta, so that a bare ``cactus decode`` runs.
 DEFAULT_RULE = "cactus"
 DEFAULT_DELTA = 1.0
+#: A verify call costing more than this many autoregressive steps is called compute-bound
+#: (memory-bound, k + 1 tokens cost about what one does: v ≈ 1).
+COMPUTE_BOUND_V = 1.5
 
 
 # --- arguments shared with ``cactus bench decode`` --------------------------------------------
@@ -102,10 +119,19 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
-        "--dtype", default="float32", choices=DTYPES, help="model weights dtype (default float32)"
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="model weights dtype; auto (the default): the one measured fastest for a verify "
+        "forward of k+1 tokens at batch 1 on this device (float32 vs bfloat16 on CPU, cached "
+        "per model, device and threads; bfloat16 on CUDA where supported)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=8, help="prompts decoded together (default %(default)s)"
+        "--batch-size",
+        type=int,
+        default=1,
+        help="prompts decoded together (default %(default)s: speculation pays at small "
+        "batches; larger batches make the verifier compute-bound)",
     )
     parser.add_argument(
         "--threads", type=int, help="CPU threads for torch (default: torch's choice)"
@@ -226,6 +252,10 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
     if (args.verifier is None) != (args.draft is None):
         raise ValueError("verifier: give both --verifier and --draft, or neither (default pair)")
     pair = default_pair() if args.verifier is None else Pair(args.verifier, args.draft)
+    args.dtype_choice = None
+    if args.dtype == "auto":
+        choice = choose_dtype(pair, device, args)
+        args.dtype, args.dtype_choice = choice.dtype, dataclasses.asdict(choice)
     prompts = args.prompts
     if getattr(args, "dataset", None):
         if prompts:
@@ -236,6 +266,20 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
     setup = load_setup(pair, device, args.dtype, prompts, args.num_prompts, args.raw)
     torch.manual_seed(args.seed)
     return setup
+
+
+def choose_dtype(pair: Pair, device, args: argparse.Namespace):
+    """``--dtype auto``: the dtype measured fastest for a verify forward of k + 1 tokens
+    (the run's largest k) at batch 1 (``cactus_theory.real.precision``); prints the choice
+    and the two times."""
+    import torch
+
+    from cactus_theory.real.precision import choose_dtype as measured_choice
+
+    ks = args.k if isinstance(args.k, list | tuple) else [args.k]
+    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), 1 + max(ks))
+    print(choice.describe(), flush=True)
+    return choice
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:
@@ -269,6 +313,50 @@ def meter_text(totals: Totals) -> str:
         f"KL(emitted ‖ verifier) {totals.kl_per_token:.4f} nats/token, "
         f"{totals.kl_per_sequence:.3f} nats/sequence"
     )
+
+
+def why_lines(speedup: float, costs: StepCosts, speculative: Totals, k: int) -> list[str]:
+    """The speed-up explained from the run's own numbers (``decode.runs.StepCosts``): one
+    line, and when it is below 1 the reason: what a step costs against what it yields, and
+    which of these applies: a verify call costing more than ``COMPUTE_BOUND_V`` steps
+    (compute-bound: a large batch or float32 on a CPU), drafting dearer than verifying,
+    fewer than k/2 drafts accepted per step, or overheads eating a predicted gain."""
+    alphas = ", ".join(
+        "-" if alpha != alpha else f"{alpha:.2f}" for alpha in speculative.alpha_by_position
+    )
+    lines = [
+        f"why:         draft cost c = {costs.draft_cost:.3f} and verify call v = "
+        f"{costs.verify_cost:.2f} autoregressive steps (rest {costs.other_cost:.2f}); "
+        f"α by draft position [{alphas}], AL {speculative.acceptance_length:.2f}: predicted "
+        f"(AL+1)/(k c + v) = {costs.predicted_speedup:.2f}x, measured {speedup:.2f}x"
+    ]
+    if speedup >= 1.0:
+        return lines
+    spent = k * costs.draft_cost + costs.verify_cost
+    reasons = [
+        f"a step costs k c + v = {spent:.2f} autoregressive steps (+ {costs.other_cost:.2f} "
+        f"rest) but yields AL + 1 = {speculative.tokens_per_call:.2f} tokens"
+    ]
+    if costs.verify_cost > COMPUTE_BOUND_V:
+        reasons.append(
+            f"the verify call of {k + 1} tokens per row costs v = {costs.verify_cost:.2f} "
+            "steps, not about 1: the verifier is compute-bound at this batch size and dtype "
+            "(batch 1, --dtype auto or a smaller k help)"
+        )
+    if k * costs.draft_cost >= costs.verify_cost:
+        reasons.append(
+            f"drafting (k c = {k * costs.draft_cost:.2f} steps) costs more than the verify "
+            "call: a cheaper draft or a smaller k"
+        )
+    if speculative.acceptance_length < 0.5 * k:
+        reasons.append(f"few drafts are accepted (AL {speculative.acceptance_length:.2f} of k={k})")
+    if costs.predicted_speedup >= 1.0:
+        reasons.append(
+            f"the rest of a step ({costs.other_cost:.2f} steps: sampler, meter, bookkeeping) "
+            "and the prefill eat the predicted gain"
+        )
+    lines.append("below 1 because " + "; ".join(reasons))
+    return lines
 
 
 def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
@@ -309,6 +397,9 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         "max_kl": args.max_kl,
         "prompts": len(setup.prompts),
         "max_new_tokens": args.max_new_tokens,
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+        "dtype_choice": args.dtype_choice,
         "verifier": setup.pair.verifier,
         "draft": setup.pair.draft,
         "speculative": {
@@ -322,6 +413,11 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "tv_per_token": speculative.tv_per_token,
             "sequence_kl": speculative.sequence_kl,
             "accepted_histogram": [speculative.accepted.count(v) for v in range(k + 1)],
+            "steps": speculative.steps,
+            "reached_by_position": speculative.reached_by_position,
+            "alpha_by_position": [  # None where no step reached the position
+                None if alpha != alpha else alpha for alpha in speculative.alpha_by_position
+            ],
             "timing_s": speculative.timing,
         },
     }
@@ -331,13 +427,31 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             f"baseline:    {baseline.tokens_per_second:,.1f} tokens/s "
             f"({baseline.verifier_calls} calls), verifier NLL {baseline.nll:.3f} nats/token"
         )
-        print(f"speed-up:    {speedup:.2f}x (tokens/s, same prompts, same run)")
+        print(
+            f"speed-up:    {speedup:.2f}x (tokens/s, same prompts; one run, no interval: "
+            "`cactus bench decode --repeats 6` gives one)"
+        )
+        costs = step_costs(
+            speculative.timing,
+            speculative.drafted,
+            k,
+            speculative.acceptance_length,
+            step_seconds(baseline.timing),
+        )
+        print("\n".join(why_lines(speedup, costs, speculative, k)))
         summary["baseline"] = {
             "tokens_per_second": baseline.tokens_per_second,
             "tokens": baseline.tokens,
             "verifier_nll": baseline.nll,
+            "timing_s": baseline.timing,
         }
         summary["speedup"] = speedup
+        summary["costs"] = {
+            "draft_cost": costs.draft_cost,
+            "verify_cost": costs.verify_cost,
+            "other_cost": costs.other_cost,
+            "predicted_speedup": costs.predicted_speedup,
+        }
     print("accepted drafts per verify step:")
     print("\n".join(histogram_lines(speculative.accepted, k)))
     if args.json:

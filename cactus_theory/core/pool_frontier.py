@@ -45,6 +45,8 @@ Array = np.ndarray
 
 #: The largest spread κ tried: e^700 is close to float64's largest value.
 MAX_SPREAD = 700.0
+#: A*(∞): at an infinite mean KL the law h = p is allowed, and it accepts every draft.
+UNBOUNDED_ACCEPTANCE = 1.0
 #: Rows per chunk (bounds the [rows, 2V] sort of ``pareto_law``).
 CHUNK_ROWS = 2048
 
@@ -272,6 +274,9 @@ def frontier_acceptances(
     found = []
     for level in mean_kls:
         budget = _budget(level)
+        if math.isinf(budget):  # h = p: every draft accepted, at an infinite KL
+            found.append(UNBOUNDED_ACCEPTANCE)
+            continue
         if budget <= 0:
             found.append(curve[0][1])
             continue
@@ -290,8 +295,14 @@ def frontier_acceptance(target_probs: object, draft_probs: object, mean_kl: floa
     """The most mean acceptance any rule reaches on the pool at mean KL per token
     ``mean_kl`` (module docstring): the pareto rule's, at the κ whose mean KL equals it.
 
-    ``mean_kl`` = 0 gives SpS's acceptance E[Σ min(p, q)]; ``mean_kl`` = inf (or anything at
-    or beyond the pool's largest) gives the acceptance as κ → ∞, E[Σ_{q>0} p] at most.
+    ``mean_kl`` = 0 gives SpS's acceptance E[Σ min(p, q)]; a finite ``mean_kl`` at or
+    beyond the pool's largest gives the acceptance as κ → ∞, E[Σ_{q>0} p]: with a finite
+    KL no rule emits, so none accepts, a token q excludes. ``mean_kl`` = inf gives 1
+    (``UNBOUNDED_ACCEPTANCE``): h = p accepts every draft, and a rule whose KL is infinite
+    (the engines' relaxed rules after top-k) is bounded by nothing less.
     """
     target, draft = _rows(target_probs, draft_probs)
-    return _point(target, draft, _spread(target, draft, _budget(mean_kl)))[1]
+    budget = _budget(mean_kl)
+    if math.isinf(budget):
+        return UNBOUNDED_ACCEPTANCE
+    return _point(target, draft, _spread(target, draft, budget))[1]

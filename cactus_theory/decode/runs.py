@@ -200,6 +200,25 @@ class Totals:
     timing: dict = field(default_factory=dict)
     scanned: int = 0  # drafted positions the verify steps reached (accepted + first rejected)
     drafted: int = 0  # draft tokens sampled (per step: the batch's most drafts K)
+    reached_by_position: list[int] = field(default_factory=list)  # n_j, j = 1..k
+    accepted_by_position: list[int] = field(default_factory=list)  # steps that accepted draft j
+
+    @property
+    def steps(self) -> int:
+        """Verify steps over all rows (a row's step counts once; batch 1: verifier calls)."""
+        return len(self.accepted)
+
+    @property
+    def alpha_by_position(self) -> list[float]:
+        """α_j = (steps that accepted draft j) / (steps that reached it), j = 1..k, over the
+        whole run (``DecodeResult.alpha_by_position`` pooled over batches); NaN where no
+        step reached j."""
+        return [
+            taken / reached if reached else float("nan")
+            for taken, reached in zip(
+                self.accepted_by_position, self.reached_by_position, strict=True
+            )
+        ]
 
     @property
     def tokens_per_second(self) -> float:
@@ -255,6 +274,14 @@ class Totals:
             self.timing[key] = self.timing.get(key, 0) + value
         active = result.accepted_lengths >= 0  # [steps, B]
         self.accepted.extend(result.accepted_lengths[active].tolist())
+        reached = result.reached_by_position
+        # α_j = taken_j / n_j exactly, so round(α_j n_j) recovers the integer taken_j.
+        taken = [
+            round(alpha * count) if count else 0
+            for alpha, count in zip(result.alpha_by_position, reached, strict=True)
+        ]
+        _add_elementwise(self.reached_by_position, reached)
+        _add_elementwise(self.accepted_by_position, taken)
         if result.draft_counts.numel():
             drafts = result.draft_counts.clamp(min=0)  # [steps, B]
             reached = torch.minimum(result.accepted_lengths + 1, drafts)
@@ -268,6 +295,59 @@ class Totals:
         self.texts.extend(
             tokenizer.decode(tokens, skip_special_tokens=True) for tokens in result.new_tokens
         )
+
+
+def _add_elementwise(total: list[int], values: list[int]) -> None:
+    """total += values in place, position by position, growing total as needed."""
+    total.extend([0] * (len(values) - len(total)))
+    for index, value in enumerate(values):
+        total[index] += value
+
+
+def step_seconds(baseline_timing: dict) -> float:
+    """T: the autoregressive baseline's seconds per step (one verifier call, a token per
+    row) outside the prefill, (total − prefill) / verifier calls, from its
+    ``DecodeResult.timing`` (or their sums over batches)."""
+    calls = baseline_timing.get("verifier_calls", 0)
+    if calls < 1:
+        raise ValueError("baseline: no verifier call was timed")
+    return (baseline_timing["total"] - baseline_timing.get("prefill", 0.0)) / calls
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A speculative run's costs in autoregressive steps T (``step_seconds``):
+
+    - c (``draft_cost``) = (draft seconds / draft tokens) / T, Leviathan's cost ratio;
+    - v (``verify_cost``) = (verify seconds / verifier calls) / T: a verify call of k + 1
+      tokens, in steps (1 when it costs what a one-token step costs: memory-bound);
+    - o (``other_cost``) = (total − prefill − draft − verify seconds) / verifier calls / T:
+      the rest of a step (the rule's sampler, the divergence meter, bookkeeping);
+    - the predicted speed-up (AL + 1) / (k c + v): tokens per call over the call's cost
+      in steps, ignoring o and the prefill.
+    """
+
+    draft_cost: float
+    verify_cost: float
+    other_cost: float
+    predicted_speedup: float
+
+
+def step_costs(
+    timing: dict, drafted: int, k: int, acceptance_length: float, step: float
+) -> StepCosts:
+    """``StepCosts`` of a speculative run's summed ``timing`` with ``drafted`` draft tokens,
+    at most ``k`` drafts per step and AL ``acceptance_length``, against the baseline's
+    seconds per step ``step``."""
+    if step <= 0:
+        raise ValueError(f"step: the baseline's seconds per step must be > 0, got {step}")
+    calls = max(timing.get("verifier_calls", 0), 1)
+    draft = timing.get("draft", 0.0) / max(drafted, 1) / step
+    verify = timing.get("verify", 0.0) / calls / step
+    rest = timing.get("total", 0.0) - timing.get("prefill", 0.0)
+    rest -= timing.get("draft", 0.0) + timing.get("verify", 0.0)
+    predicted = (acceptance_length + 1.0) / max(k * draft + verify, 1e-12)
+    return StepCosts(draft, verify, rest / calls / step, predicted)
 
 
 def run_prompts(

@@ -12,6 +12,11 @@ standard library) and is cached under ``cactus_theory.util.provenance.cache_root
   (``drafts/smollm2/``); ``train_pair``: the small stdlib pair (``cactus train-pair``);
 - ``distill_labels``, ``distill_answers``, ``distill``: the feature draft's training
   (``cactus train-draft``);
+- ``pairs``: the named pairs (``smollm2``, ``stdlib``) and ``--verifier``/``--draft``;
+  ``precision``: the dtype measured fastest for a verify call (``--dtype auto``);
+- ``pools``: (q, p) rows at every position of real contexts, cached; ``costs``: the draft
+  and verify costs in autoregressive steps; ``tradeoff``: every rule's exact statistics on
+  a pool beside the frontier (``cactus tradeoff``);
 - ``decode_table``: the paper's decoding table (``cactus bench decode``); ``real_model``:
   the report's real-model section.
 

@@ -18,7 +18,8 @@ interleaved rounds after one warm-up, and reads each run's ``timing``:
     v_k = (total − prefill − draft) / verify steps / T   (SpS at k)
 
 so v_k charges a verify step everything it does besides drafting: the verifier forward of
-k + 1 tokens, the processors, the sampler, the commit and the cache rollback. Each is the
+k + 1 tokens, the processors, the sampler, the commit and the cache rollback (``cactus
+decode``'s summary splits it into v, the forward, and o, the rest: ``decode.runs``). Each is the
 median over rounds. The acceptance of SpS does not enter (only per-call and per-token
 times), so the costs hold for any rule whose sampler costs about as much as SpS's
 (``cactus bench sampler`` measures that).
@@ -50,11 +51,12 @@ class Costs:
 
 def costs_from_timings(baseline: dict, speculative: dict[int, dict]) -> Costs:
     """``Costs`` from one autoregressive run's ``timing`` and, per k, one SpS run's
-    ``timing`` with the count of ``drafted`` tokens added (module docstring)."""
-    calls = baseline.get("verifier_calls", 0)
-    if not calls:
-        raise ValueError("baseline: the autoregressive run made no verifier call")
-    step = (baseline["total"] - baseline.get("prefill", 0.0)) / calls
+    ``timing`` with the count of ``drafted`` tokens added (module docstring). The
+    per-run terms are ``decode.runs.step_costs``' (the numbers ``cactus decode`` prints):
+    v_k here is its verify cost plus the rest of the step, o."""
+    from cactus_theory.decode.runs import step_costs, step_seconds
+
+    step = step_seconds(baseline)
     if not step > 0:
         raise ValueError("baseline: its step time is not positive")
     drafted = sum(timing["drafted"] for timing in speculative.values())
@@ -63,8 +65,8 @@ def costs_from_timings(baseline: dict, speculative: dict[int, dict]) -> Costs:
     draft_seconds = sum(timing["draft"] for timing in speculative.values())
     verify = {}
     for k, timing in sorted(speculative.items()):
-        busy = timing["total"] - timing.get("prefill", 0.0) - timing["draft"]
-        verify[k] = busy / max(timing["verifier_calls"], 1) / step
+        found = step_costs(timing, timing["drafted"], k, 0.0, step)
+        verify[k] = found.verify_cost + found.other_cost
     return Costs(draft_seconds / drafted / step, verify, step)
 
 

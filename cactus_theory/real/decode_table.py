@@ -8,23 +8,36 @@ the settings, the prompts, the pair and the code), so an interrupted run resumes
 keeps its first round's decoding statistics (every round reseeds, so the tokens are the
 same on CPU) and its median round's tokens/s.
 
+**Batch sizes.** With ``batch_sizes`` (1, 2, 4, 8, ...) every config runs at every batch
+size, each size with its own baseline, all interleaved in the same rounds; a row's speed-up
+is over the baseline at its own batch size, and ``speedup_over_reference`` over the
+baseline at the first size (batch 1): where plain batching overtakes speculation.
+
 **Speed-up and its interval.** Round r gives the paired ratio s_r = tokens/s(config, r) /
 tokens/s(baseline, r) (the baseline ran minutes before, in the same round). The speed-up
 is the median of s_1..s_R and its interval the distribution-free order-statistic interval
 for a median: [s_(j), s_(R+1−j)] with the largest j such that P(Binomial(R, ½) < j) ≤
-0.025, which covers the median with probability ≥ 95% (R ≥ 6); for R < 6 it is the range
-[min, max], whose coverage 1 − 2^(1−R) the row states.
+0.025, which covers the median with probability ≥ 95% (R ≥ 6). With fewer than
+``MIN_ROUNDS`` = 6 rounds no such interval exists, so no speed-up is given at all (None in
+the JSON, "-" in the table, and ``speedup_note`` says why): a degenerate interval is never
+printed.
 
-Per row, with the baseline's median time per generated token T and tokens per verifier
-call E[tok] = AL + 1:
+Per row, with the baseline's median seconds per autoregressive step T (``decode.runs.
+step_seconds``: outside the prefill, one token per row) at the row's batch size:
 
 - AL (accepted drafts per verify step, bonus excluded), tokens per call, tokens/s and the
   speed-up over the baseline with its interval (above);
+- ``steps`` (verify steps over rows; at batch 1 the verifier calls), and per draft position
+  j = 1..k the steps that reached it (``reached_by_position``) and the share that accepted
+  it (``alpha_by_position``, None where none reached it);
 - KL per token and per sequence from the divergence meter (exact KL(emitted law ‖ q) per
   token, summed), and the verifier NLL of the generated text (nats/token, T = 1);
-- α̂ = accepted drafts / drafted positions reached (the per-position acceptance) and
-  c = (draft time per draft token) / T, the cost ratio of Leviathan et al.;
-- Leviathan's predicted speed-up (1 − α̂^{k+1}) / ((1 − α̂)(k c + 1)) and measured/predicted;
+- α̂ = accepted drafts / drafted positions reached (the per-position acceptance pooled over
+  positions), c = (draft seconds per draft token) / T, the cost ratio of Leviathan et al.,
+  and v = (verify seconds per verifier call) / T, the verify call's cost in steps
+  (``decode.runs.StepCosts``);
+- Leviathan's predicted speed-up (1 − α̂^{k+1}) / ((1 − α̂)(k c + 1)), which assumes
+  v = 1, and measured/predicted;
 - the sampler's share of decode time (the verify step's rule work) and the meter's cost
   relative to the verify step (the verifier forward and its processors).
 """
@@ -51,6 +64,8 @@ PAPER_RULES = (
     "frontier:delta=1.0",
 )
 PAPER_KS = (3, 5)
+#: The fewest interleaved rounds whose median speed-up has a 95% interval.
+MIN_ROUNDS = 6
 #: The code a cell's numbers depend on.
 CODE = provenance.source_fingerprint(
     "cactus_theory/core",
@@ -72,6 +87,9 @@ class TableSettings:
     batch_size: int = 1
     seed: int = 0
     repeats: int = 3
+    #: Several batch sizes, each with its own baseline (the first is the reference);
+    #: empty: ``batch_size`` alone.
+    batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for spec in self.rules:
@@ -81,10 +99,25 @@ class TableSettings:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not self.ks or any(k < 1 for k in self.ks):
             raise ValueError(f"k: every draft length must be >= 1, got {self.ks}")
+        if any(size < 1 for size in self.batch_sizes):
+            raise ValueError(f"batch_sizes: every batch size must be >= 1, got {self.batch_sizes}")
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError(f"batch_sizes: given twice in {self.batch_sizes}")
 
-    def configs(self) -> list[tuple[str | None, int | None]]:
-        """(rule spec, k) per row, the baseline (None, None) first."""
-        return [(None, None)] + [(spec, k) for k in self.ks for spec in self.rules]
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The batch sizes the table runs, the reference first."""
+        return self.batch_sizes or (self.batch_size,)
+
+    def configs(self) -> list[tuple[str | None, int | None, int]]:
+        """(rule spec, k, batch size) per row: per batch size the baseline (None, None, b)
+        first, then every rule at every k."""
+        return [
+            config
+            for size in self.sizes
+            for config in [(None, None, size)]
+            + [(spec, k, size) for k in self.ks for spec in self.rules]
+        ]
 
 
 @dataclass
@@ -101,6 +134,8 @@ class Cell:
     kl_sum: float | None
     sequences: int
     nll: float
+    reached: list[int]
+    taken: list[int]
     timing: dict = field(default_factory=dict)
 
     @classmethod
@@ -117,6 +152,8 @@ class Cell:
             kl_sum=sum(totals.sequence_kl) if metered else None,
             sequences=len(totals.sequence_kl) if metered else 0,
             nll=totals.nll,
+            reached=list(totals.reached_by_position),
+            taken=list(totals.accepted_by_position),
             timing=dict(totals.timing),
         )
 
@@ -163,12 +200,6 @@ def run(
     """The table (module docstring) as a JSON-able dict ``{"settings", "rows", ...}``."""
     from cactus_theory.decode.runs import RunSettings, run_prompts, warm_up
 
-    run_settings = RunSettings(
-        max_new_tokens=settings.max_new_tokens,
-        sampling=settings.sampling,
-        batch_size=settings.batch_size,
-        seed=settings.seed,
-    )
     configs = settings.configs()
     folder = None
     if cache is not None:
@@ -176,10 +207,16 @@ def run(
     cells: dict[tuple[int, int], Cell] = {}
     warmed = False
     for round_index in range(settings.repeats):
-        for index, (spec, k) in enumerate(configs):
+        for index, (spec, k, size) in enumerate(configs):
             path = None if folder is None else folder / f"row{index}-round{round_index}.json"
             loaded = _load(path)
             if loaded is None:
+                run_settings = RunSettings(
+                    max_new_tokens=settings.max_new_tokens,
+                    sampling=settings.sampling,
+                    batch_size=size,
+                    seed=settings.seed,
+                )
                 if not warmed:
                     warm_up(setup, run_settings, rules.parse(settings.rules[0]), settings.ks[0])
                     warmed = True
@@ -231,56 +268,68 @@ def median_interval(values: list[float]) -> tuple[float, float, float, float]:
 
 def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
     """Rows from the cells: first round's statistics, median round's tokens/s, paired
-    per-round speed-ups with their interval."""
+    per-round speed-ups with their interval (None with fewer than ``MIN_ROUNDS`` rounds)."""
     import statistics
 
+    from cactus_theory.decode.runs import step_costs, step_seconds
+
     rounds = settings.repeats
-    baseline = cells[0, 0]
-    baseline_speeds = [cells[0, r].tokens_per_second for r in range(rounds)]
-    baseline_speed = statistics.median(baseline_speeds)
-    token_seconds = 1.0 / baseline_speed  # T: the baseline's time per generated token
+    baselines = {size: index for index, (spec, _, size) in enumerate(configs) if spec is None}
+    reference = baselines[settings.sizes[0]]
+    reference_speeds = [cells[reference, r].tokens_per_second for r in range(rounds)]
     rows = []
-    for index, (spec, k) in enumerate(configs):
+    for index, (spec, k, size) in enumerate(configs):
         first = cells[index, 0]
+        base = baselines[size]
+        base_speeds = [cells[base, r].tokens_per_second for r in range(rounds)]
+        step = statistics.median(step_seconds(cells[base, r].timing) for r in range(rounds))
         speeds = [cells[index, r].tokens_per_second for r in range(rounds)]
-        speed = statistics.median(speeds)
-        ratios = [speeds[r] / baseline_speeds[r] for r in range(rounds)]
-        speedup, low, high, coverage = median_interval(ratios)
         agree = all(cells[index, r].accepted == first.accepted for r in range(rounds))
+        al = first.accepted / first.steps if first.steps else 0.0
         row = {
             "rule": "autoregressive" if spec is None else spec,
             "label": "autoregressive" if spec is None else rules.parse(spec).label,
             "k": k or 0,
-            "acceptance_length": first.accepted / first.steps if first.steps else 0.0,
+            "batch_size": size,
+            "acceptance_length": al,
             "tokens_per_call": first.tokens / max(first.verifier_calls, 1),
-            "tokens_per_second": speed,
-            "speedup": speedup,
-            "speedup_low": low,
-            "speedup_high": high,
-            "speedup_coverage": coverage,
+            "tokens_per_second": statistics.median(speeds),
+            **_speedup(speeds, base_speeds, "", same=index == base),
             "kl_per_token": None if first.kl_sum is None else first.kl_sum / first.tokens,
             "kl_per_sequence": None if first.kl_sum is None else first.kl_sum / first.sequences,
             "verifier_nll": first.nll,
             "tokens": first.tokens,
+            "steps": first.steps,
+            "verifier_calls": first.verifier_calls,
+            "reached_by_position": first.reached,
+            "alpha_by_position": [
+                taken / reached if reached else None
+                for taken, reached in zip(first.taken, first.reached, strict=True)
+            ],
             "rounds_agree": agree,
         }
+        if len(settings.sizes) > 1:
+            row.update(
+                _speedup(speeds, reference_speeds, "_over_reference", same=index == reference)
+            )
         if spec is not None:
             alpha = first.accepted / first.scanned if first.scanned else 0.0
-            draft_seconds = first.timing.get("draft", 0.0) / max(first.drafted, 1)
-            cost_ratio = draft_seconds / token_seconds
-            predicted = expected_tokens(alpha, k) / (k * cost_ratio + 1.0)
+            costs = step_costs(first.timing, first.drafted, k, al, step)
+            predicted = expected_tokens(alpha, k) / (k * costs.draft_cost + 1.0)
             total = max(first.timing.get("total", first.seconds), 1e-12)
             verify = max(first.timing.get("verify", 0.0), 1e-12)
+            speedup = row["speedup"]
             row.update(
                 alpha=alpha,
-                cost_ratio=cost_ratio,
+                cost_ratio=costs.draft_cost,
+                verify_cost=costs.verify_cost,
                 predicted_speedup=predicted,
-                measured_over_predicted=speedup / predicted,
+                measured_over_predicted=None if speedup is None else speedup / predicted,
                 sampler_share=first.timing.get("sampler", 0.0) / total,
                 meter_over_verify=first.timing.get("meter", 0.0) / verify,
             )
         rows.append(row)
-    return {
+    table = {
         "settings": {
             **dataclasses.asdict(settings),
             "sampling": dataclasses.asdict(settings.sampling),
@@ -288,7 +337,34 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
         "verifier": setup.pair.verifier,
         "draft": setup.pair.draft,
         "pair": setup.pair.name,
-        "baseline_tokens_per_second": baseline_speed,
-        "baseline_tokens": baseline.tokens,
+        "reference_batch_size": settings.sizes[0],
+        "baseline_tokens_per_second": statistics.median(reference_speeds),
+        "baseline_tokens": cells[reference, 0].tokens,
         "rows": rows,
+    }
+    if rounds < MIN_ROUNDS:
+        table["speedup_note"] = (
+            f"no speed-up given: {rounds} interleaved round{'s' * (rounds != 1)}, and a 95% "
+            f"interval for the median speed-up needs at least {MIN_ROUNDS} (--repeats "
+            f"{MIN_ROUNDS})"
+        )
+    return table
+
+
+def _speedup(speeds: list[float], base_speeds: list[float], suffix: str, same: bool) -> dict:
+    """``speedup{suffix}`` (the median of the paired per-round ratios) with ``_low``,
+    ``_high`` and ``_coverage`` (its order-statistic interval); None and no interval
+    with fewer than ``MIN_ROUNDS`` rounds; 1 and no interval for the baseline itself
+    (``same``: a ratio to itself is 1 by definition, not a measurement)."""
+    if len(speeds) < MIN_ROUNDS:
+        return {f"speedup{suffix}": None}
+    if same:
+        return {f"speedup{suffix}": 1.0}
+    ratios = [speed / base for speed, base in zip(speeds, base_speeds, strict=True)]
+    median, low, high, coverage = median_interval(ratios)
+    return {
+        f"speedup{suffix}": median,
+        f"speedup{suffix}_low": low,
+        f"speedup{suffix}_high": high,
+        f"speedup{suffix}_coverage": coverage,
     }

@@ -13,7 +13,16 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from cactus_theory.cli import dispatch as cli
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
+
+
+@pytest.fixture
+def private_cache(tmp_path_factory, monkeypatch):
+    """A temporary CACTUS_CACHE: ``--dtype auto`` caches its choice there, never in the
+    user's cache."""
+    folder = tmp_path_factory.mktemp("cactus-cache")
+    monkeypatch.setenv("CACTUS_CACHE", str(folder))
+    return folder
 
 
 TEXT = [
@@ -369,12 +378,16 @@ def test_bench_decode_table(checkpoints, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "autoregressive" in out and out.count("cactus(δ=1.0)") == 2 and "speed-up" in out
     assert "median of 2 interleaved rounds" in out
+    # Two rounds give no 95% interval: no speed-up at all, "-" in both columns, and why.
+    assert "no speed-up given: 2 interleaved rounds" in out and "x [" not in out
     # Every round reseeds: the same tokens in each round on CPU, so AL is exact.
-    rows = json.loads(output.read_text())["rows"]
+    table = json.loads(output.read_text())
+    rows = table["rows"]
     assert len(rows) == 5 and all(row["rounds_agree"] for row in rows)
-    for row in rows:  # two rounds: the interval is their range, covering the median w.p. 1/2
-        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
-        assert row["speedup_coverage"] == 0.5
+    assert "at least 6" in table["speedup_note"]
+    for row in rows:
+        assert row["speedup"] is None and "speedup_low" not in row
+        assert "speedup_coverage" not in row
     assert cli.main([*args[:-2], "--repeats", "0"]) == 2
     assert "repeats" in capsys.readouterr().err
 
@@ -451,3 +464,164 @@ def test_bench_sampler_workloads_side_by_side(capsys, tmp_path):
     assert all(row["ours_over_cactus"] > 0 for row in rows)
     assert cli.main(["bench", "sampler", "--workload", "64x10"]) == 2
     assert "workload" in capsys.readouterr().err
+
+
+def test_dtype_auto_is_measured_once_then_read_from_the_cache(checkpoints, capsys, private_cache):
+    """The default ``--dtype auto`` measures float32 against bfloat16 once, prints the
+    choice with both times, caches it under CACTUS_CACHE and reads it back; a damaged cache
+    file is measured again; an explicit --dtype measures nothing."""
+    args = decode_args(checkpoints, "--rule", "sps", "--no-baseline", "--quiet", "-k", "2")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("dtype auto: "))
+    assert "ms, bfloat16" in line and "3 tokens at batch 1" in line and "measured now" in line
+    chosen = line.split()[2]
+    assert chosen in ("float32", "bfloat16") and f"cpu {chosen}" in out
+    files = list((private_cache / "dtype-choice").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["dtype"] == chosen
+    summary = private_cache / "summary.json"
+    assert cli.main([*args, "--json", str(summary)]) == 0
+    data = json.loads(summary.read_text())
+    assert data["dtype"] == data["dtype_choice"]["dtype"] == chosen
+    assert data["dtype_choice"]["cached"] and capsys.readouterr().out
+    assert cli.main(args) == 0
+    assert f"dtype auto: {chosen} (" in (out := capsys.readouterr().out)
+    assert f"cached in {files[0]}" in out
+    files[0].write_text('{"dtype": "float32", "seconds": ')  # a damaged file
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "measured now" in out and "Traceback" not in out
+    assert json.loads(files[0].read_text())["verify_tokens"] == 3
+    assert cli.main([*args, "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "dtype auto" not in out and "cpu bfloat16" in out
+
+
+def test_the_summary_explains_the_speedup_from_the_runs_own_costs(checkpoints, capsys, tmp_path):
+    """The why line: c, v, α by position, AL and (AL+1)/(k c + v) computed from the run's
+    timings (JSON) and its counts; batch 1 is the default."""
+    summary = tmp_path / "s.json"
+    args = ["--rule", "sps", "-k", "3", "--quiet", "--json", str(summary), "--dtype", "float32"]
+    argv = decode_args(checkpoints, *args)
+    at = argv.index("--batch-size")
+    assert cli.main(argv[:at] + argv[at + 2 :]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(summary.read_text())
+    assert ", batch 1, cpu float32" in out
+    assert (data["batch_size"], data["dtype"], data["dtype_choice"]) == (1, "float32", None)
+    speculative, costs, k = data["speculative"], data["costs"], 3
+    timing, base = speculative["timing_s"], data["baseline"]["timing_s"]
+    step = (base["total"] - base["prefill"]) / base["verifier_calls"]
+    verify = timing["verify"] / timing["verifier_calls"] / step
+    assert costs["verify_cost"] == pytest.approx(verify, rel=1e-12)
+    al = speculative["acceptance_length"]
+    predicted = (al + 1) / (k * costs["draft_cost"] + costs["verify_cost"])
+    assert costs["predicted_speedup"] == pytest.approx(predicted, rel=1e-12)
+    why = next(line for line in out.splitlines() if line.startswith("why:"))
+    assert f"c = {costs['draft_cost']:.3f}" in why and f"v = {verify:.2f}" in why
+    assert f"AL {al:.2f}" in why and f"= {predicted:.2f}x, measured {data['speedup']:.2f}x" in why
+    alphas = speculative["alpha_by_position"]
+    shown = ", ".join("-" if alpha is None else f"{alpha:.2f}" for alpha in alphas)
+    assert f"α by draft position [{shown}]" in why
+    reached = speculative["reached_by_position"]
+    # batch 1: a step per verifier call; a step with one token left drafts nothing.
+    assert speculative["steps"] == timing["verifier_calls"] >= reached[0] > 0
+    for alpha, n in zip(alphas, reached, strict=True):
+        assert (alpha is None) == (n == 0)
+        assert n == 0 or alpha * n == pytest.approx(round(alpha * n), abs=1e-9)
+    assert ("below 1 because" in out) == (data["speedup"] < 1)
+    assert "one run, no interval" in out
+
+
+def test_why_lines_name_the_costs_that_make_speculation_lose():
+    """Exact text on a hand-made run: v near k + 1 (compute-bound), drafting dearer than
+    verifying, few accepted drafts; nothing more when the speed-up is at least 1."""
+    from cactus_theory.cli.decode import why_lines
+    from cactus_theory.decode.runs import StepCosts, Totals
+
+    totals = Totals(accepted=[0, 1, 0, 1], reached_by_position=[4, 2], accepted_by_position=[2, 0])
+    costs = StepCosts(draft_cost=0.5, verify_cost=2.5, other_cost=0.25, predicted_speedup=0.375)
+    lines = why_lines(0.3, costs, totals, 2)
+    assert lines[0] == (
+        "why:         draft cost c = 0.500 and verify call v = 2.50 autoregressive steps "
+        "(rest 0.25); α by draft position [0.50, 0.00], AL 0.50: predicted (AL+1)/(k c + v) "
+        "= 0.38x, measured 0.30x"
+    )
+    assert lines[1] == (
+        "below 1 because a step costs k c + v = 3.50 autoregressive steps (+ 0.25 rest) but "
+        "yields AL + 1 = 1.50 tokens; the verify call of 3 tokens per row costs v = 2.50 "
+        "steps, not about 1: the verifier is compute-bound at this batch size and dtype "
+        "(batch 1, --dtype auto or a smaller k help); few drafts are accepted (AL 0.50 of k=2)"
+    )
+    assert why_lines(1.2, costs, totals, 2) == [lines[0].replace("0.30x", "1.20x")]
+    dear_draft = StepCosts(draft_cost=1.0, verify_cost=1.0, other_cost=0.0, predicted_speedup=1.5)
+    assert "drafting (k c = 2.00 steps) costs more" in why_lines(0.9, dear_draft, totals, 2)[1]
+    assert "eat the predicted gain" in why_lines(0.9, dear_draft, totals, 2)[1]
+    assert "compute-bound" not in why_lines(0.9, dear_draft, totals, 2)[1]  # v = 1
+
+
+def bench_args(checkpoints, output, *extra):
+    return [
+        "bench", "decode", "--json", str(output), "--verifier", checkpoints["verifier"],
+        "--draft", checkpoints["draft"], "--prompts", checkpoints["prompts"],
+        "--max-new-tokens", "4", "--rule", "sps", "--rule", "cactus:delta=1.0",
+        "--dtype", "float32", *extra,
+    ]  # fmt: skip
+
+
+def test_bench_decode_rows_carry_alpha_by_position_steps_and_verify_cost(
+    checkpoints, capsys, tmp_path
+):
+    """Six rounds: a speed-up with its 95% interval; each row's counts agree with each
+    other (α_j n_j integral, Σ_j α_j n_j = AL × steps, pooled α = Σ accepted / Σ reached,
+    steps = verifier calls at batch 1)."""
+    output = tmp_path / "d.json"
+    assert cli.main(bench_args(checkpoints, output, "-k", "3", "--repeats", "6")) == 0
+    out = capsys.readouterr().out
+    assert "no speed-up given" not in out and "α1" in out and " v " in out
+    table = json.loads(output.read_text())
+    assert "speedup_note" not in table
+    baseline, *rows = table["rows"]
+    assert baseline["speedup"] == 1.0 and "speedup_low" not in baseline  # not a measurement
+    assert baseline["steps"] == 0 and baseline["alpha_by_position"] == []
+    for row in rows:
+        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+        assert row["speedup_coverage"] == 1 - 2 / 64
+        assert f"{row['speedup']:.2f}x [{row['speedup_low']:.2f}, " in out
+        reached, alphas = row["reached_by_position"], row["alpha_by_position"]
+        assert len(reached) == len(alphas) == 3
+        taken = [round(a * n) if n else 0 for a, n in zip(alphas, reached, strict=True)]
+        for alpha, n, count in zip(alphas, reached, taken, strict=True):
+            assert (alpha is None) == (n == 0)
+            assert n == 0 or alpha * n == pytest.approx(count, abs=1e-9)
+        assert row["steps"] == row["verifier_calls"] >= reached[0] > 0  # batch 1
+        assert sum(taken) == round(row["acceptance_length"] * row["steps"])
+        assert row["alpha"] == pytest.approx(sum(taken) / sum(reached), rel=1e-12)
+        assert row["verify_cost"] > 0 and row["cost_ratio"] > 0
+
+
+def test_bench_decode_across_batch_sizes(checkpoints, capsys, tmp_path):
+    """--batch-sizes 1 2: every config at both sizes, each against its own baseline, and
+    over batch 1's; the batch-1 baseline is the reference (1 by definition)."""
+    output = tmp_path / "b.json"
+    args = bench_args(checkpoints, output, "-k", "2", "--repeats", "6", "--batch-sizes", "1", "2")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "batches 1 2" in out and "vs b1" in out
+    table = json.loads(output.read_text())
+    rows = table["rows"]
+    assert [(row["label"], row["batch_size"]) for row in rows] == [
+        (label, size) for size in (1, 2) for label in ("autoregressive", "sps", "cactus(δ=1.0)")
+    ]
+    assert table["reference_batch_size"] == 1
+    assert rows[0]["speedup_over_reference"] == rows[3]["speedup"] == 1.0
+    for row in rows[1:3] + rows[4:]:
+        assert row["speedup_over_reference_low"] <= row["speedup_over_reference"]
+        assert row["speedup_over_reference"] <= row["speedup_over_reference_high"]
+    assert rows[1]["speedup"] == rows[1]["speedup_over_reference"]  # batch 1: one baseline
+    for row in rows[4:]:  # three prompts at batch 2: a pair, then one alone
+        assert row["steps"] >= row["verifier_calls"]
+    assert cli.main([*args[:-2], "2", "0"]) == 2
+    assert "batch_sizes: every batch size must be >= 1" in capsys.readouterr().err
+    assert cli.main([*args[:-2], "2", "2"]) == 2
+    assert "batch_sizes: given twice in (2, 2)" in capsys.readouterr().err
