@@ -16,8 +16,8 @@ speed-ups are left out and ``costs_unavailable`` says why):
 2. computes the exact trade-off of ``tradeoff.default_rules()`` on it (``real.tradeoff``:
    acceptance, KL and TV of the emitted law per token, the frontier at each rule's KL,
    predicted AL and speed-up (AL_k + 1)/(k c + v_k) for k = 1..``K_MAX``) and checks
-   that the frontier dominates every rule of finite KL (``checked_dominance``, recorded,
-   never assumed);
+   that the frontier dominates every rule (``tradeoff.dominance_violations``, recorded,
+   never assumed; at an infinite KL the frontier accepts every draft);
 3. writes the trade-off as ``out/real-tradeoff-<set>.csv``.
 
 Then the decoding table (``real.decode_table``: autoregressive and the paper's rules,
@@ -33,7 +33,6 @@ Everything goes to ``out/real_model.json``::
      "costs": Costs.as_json() or null,
      "tradeoff": {set: {"document": tradeoff.to_json(...), "pool": describe line,
                         "pool_info": {...}, "violations": [...],
-                        "infinite_kl_above_frontier": [...],
                         "seconds": {"pool", "tradeoff"}, "csv": file name}},
      "datasets": {set: decoding table}, "timings": {...}}
 
@@ -268,7 +267,7 @@ def dataset_tradeoff(
         draft_cost=None if measured is None else measured.draft_cost,
         verify_costs=None if measured is None else measured.verify_costs,
     )
-    violations, outside = checked_dominance(found)
+    violations = tradeoff.dominance_violations(found)
     document = tradeoff.to_json(
         found,
         pair={"name": setup.pair.name, "verifier": setup.pair.verifier, "draft": setup.pair.draft},
@@ -283,30 +282,9 @@ def dataset_tradeoff(
         "pool": pools.describe(pool),
         "pool_info": info,
         "violations": violations,
-        "infinite_kl_above_frontier": outside,
         "seconds": {"pool": pool_seconds, "tradeoff": tradeoff_seconds},
         "csv": csv_name,
     }
-
-
-def checked_dominance(found) -> tuple[list[str], list[str]]:
-    """(violations, infinite-KL rules above the frontier) of a ``tradeoff.Tradeoff``.
-
-    The frontier A*(K) is the most a rule reaches at mean KL K over emitted laws with
-    finite KL; at K = ∞ it is E[Σ_{q>0} p]. A rule with infinite KL (it can emit a token
-    the verifier excludes, e.g. the engines' relaxed top-K) may accept more than that, as
-    it also accepts drafts where q = 0: it lies outside the frontier's domain, and is
-    listed apart rather than as a violation. The check itself is
-    ``tradeoff.dominance_violations`` on the finite-KL rows."""
-    import math
-
-    from cactus_theory.real import tradeoff
-
-    finite = [row for row in found.rows if math.isfinite(row.stats.kl_per_token)]
-    infinite = [row for row in found.rows if not math.isfinite(row.stats.kl_per_token)]
-    violations = tradeoff.dominance_violations(dataclasses.replace(found, rows=finite))
-    outside = tradeoff.dominance_violations(dataclasses.replace(found, rows=infinite))
-    return violations, outside
 
 
 def decoding_tables(out: Path, setup, names, texts, settings: TableSettings, progress) -> dict:

@@ -144,7 +144,6 @@ FAKE_REAL_MODEL = {
             "pool": "200 positions from 8 prompts (whole rows)",
             "pool_info": {},
             "violations": [],
-            "infinite_kl_above_frontier": [],
             "seconds": {"pool": 1.0, "tradeoff": 0.5},
             "csv": "real-tradeoff-mt-bench.csv",
         }
