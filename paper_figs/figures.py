@@ -532,7 +532,7 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
     """AL against the realised KL per token on the real pair, one panel per draft length k
     (points are compared only at the same k): one point per rule and δ, from the report's
     decoding table of the first evaluation set."""
-    from cactus_theory.real.real_model import dataset_tables
+    from cactus_theory.real.real_model import al_half_width, dataset_tables
 
     tables = dataset_tables(results.real_model)
     table = next(iter(tables.values()), {})  # the first set's (MT-Bench in the full report)
@@ -547,9 +547,11 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
         for row in (row for row in rows if row["k"] == k):
             kl = row["kl_per_token"]
             shown = kl if finite(kl) and kl > 0 else 1e-6  # SpS: KL exactly 0, drawn at 1e-6
-            axis.scatter(
-                [shown], [row["acceptance_length"]], color=colour[row["label"]], s=46, zorder=3
-            )
+            half = al_half_width(row) or 0.0  # the 95% bound from the row's own counts
+            axis.errorbar(
+                [shown], [row["acceptance_length"]], yerr=[[half], [half]], fmt="o",
+                color=colour[row["label"]], markersize=6, capsize=3, zorder=3,
+            )  # fmt: skip
             series[f"{row['rule']} k={k}"] = (kl, row["acceptance_length"])
         axis.set_xscale("log")
         axis.set_xlabel("realised KL(emitted ‖ verifier) per token (nats; SpS at 1e-6)")
@@ -571,7 +573,8 @@ def figure_real_model(results: Results, folder: Path) -> Figure:
         "real-model decoding table: y = AL measured by decoding the first evaluation set's "
         "first prompts with SmolLM2-135M-Instruct as the verifier and its feature draft, in "
         f"the paper's sampling setting (about {tokens} generated tokens per rule, so AL "
-        "carries sampling noise of several hundredths); x = the mean exact KL(emitted law ‖ "
+        "carries large sampling noise: the bars are a 95% bound from each row's own counts, "
+        "and points whose bars overlap do not order); x = the mean exact KL(emitted law ‖ "
         "q) per generated token from the decoder's divergence meter (log scale; SpS emits q, "
         "KL 0, drawn at 1e-6). The exact acceptance on thousands of positions is in the "
         "real-model section's figure."

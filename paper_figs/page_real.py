@@ -232,26 +232,11 @@ def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> s
 # -- the decoding table ---------------------------------------------------------------------
 
 
-#: z of a two-sided 95% normal interval.
-Z95 = 1.959963984540054
-
-
-def al_half_width(row: dict) -> float | None:
-    """A 95% half-width for a decoded row's AL from its own counts: accepted drafts per
-    step lie in [0, k], so their variance is at most AL (k − AL) (Bhatia–Davis), and over
-    n verify steps (tokens / tokens per call; steps treated as independent) the half-width
-    is at most z·√(AL (k − AL)/n). None without the counts."""
-    tokens, per_call, k = row.get("tokens"), row.get("tokens_per_call"), row.get("k")
-    if not tokens or not per_call or not k:
-        return None
-    al = row["acceptance_length"]
-    steps = tokens / per_call
-    return Z95 * math.sqrt(max(al * (k - al), 0.0) / steps)
-
-
 def al_cell(row: dict) -> str:
     """AL with its half-width bound (``al_half_width``); no ± when the bound is 0 (every
     step accepted none or all k drafts) or unknown."""
+    from cactus_theory.real.real_model import al_half_width
+
     half = al_half_width(row)
     text = f"{row['acceptance_length']:.2f}"
     return text if not half else f"{text} ± {half:.2f}"

@@ -369,6 +369,24 @@ def honest_speedup(row: dict, rounds: int) -> tuple[float, float, float] | None:
     return float(speedup), float(low), float(high)
 
 
+#: z of a two-sided 95% normal interval.
+Z95 = 1.959963984540054
+
+
+def al_half_width(row: dict) -> float | None:
+    """A 95% half-width for a decoding-table row's AL from its own counts: accepted drafts
+    per step lie in [0, k], so their variance is at most AL (k − AL) (Bhatia–Davis), and
+    over n verify steps (tokens / tokens per call; steps treated as independent) the
+    half-width is at most z·√(AL (k − AL)/n). None without the counts."""
+    import math
+
+    tokens, per_call, k = row.get("tokens"), row.get("tokens_per_call"), row.get("k")
+    if not tokens or not per_call or not k:
+        return None
+    al = row["acceptance_length"]
+    return Z95 * math.sqrt(max(al * (k - al), 0.0) / (tokens / per_call))
+
+
 def find_row(document: dict, spec: str) -> dict | None:
     """The row of ``document`` whose rule is ``spec`` (compared after parsing, so
     ``cactus:delta=1`` finds ``cactus:delta=1.0``), or None."""
