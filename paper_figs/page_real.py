@@ -279,7 +279,7 @@ def decoding_table(table: dict) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _decoding_note(table: dict, honest_rounds: int) -> str:
+def _decoding_note(table: dict, honest_rounds: int, names: list[str]) -> str:
     from cactus_theory.real.real_model import table_rounds
 
     settings = table["settings"]
@@ -294,7 +294,8 @@ def _decoding_note(table: dict, honest_rounds: int) -> str:
         "them, with a 95% interval per speed-up)."
     )
     return (
-        f"<p>Decoded: the first {settings['num_prompts']} prompts of each set × "
+        f"<p>Decoded: the first {settings['num_prompts']} prompts of "
+        f"{html.escape(' and '.join(DATASET_NAMES.get(name, name) for name in names))} × "
         f"{settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, T = "
         f"{sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
         f"{sampling['top_p']:g}, seed {settings['seed']}. {timing} With this few tokens, "
@@ -322,7 +323,7 @@ def decoding_section(real_model: dict) -> str:
         f"<h4>{html.escape(DATASET_TITLES.get(name, name))}</h4>{decoding_table(table)}"
         for name, table in tables.items()
     ]
-    parts.append(_decoding_note(next(iter(tables.values())), HONEST_ROUNDS))
+    parts.append(_decoding_note(next(iter(tables.values())), HONEST_ROUNDS, list(tables)))
     return "".join(parts)
 
 

@@ -196,6 +196,7 @@ def test_a_speedup_appears_only_with_an_honest_interval():
     one_round = page_real.decoding_section(_decoding(1, 1.16, 1.16))
     assert "1.16x" not in one_round and not DEGENERATE.search(one_round)
     assert "No speed-up is shown" in one_round and "1 round," in one_round
+    assert "the first 2 prompts of MT-Bench × 32 new tokens" in one_round
     # 6 rounds with equal ends: still no interval, and no bare speed-up.
     equal = page_real.decoding_section(_decoding(6, 1.16, 1.16))
     assert "1.16x" not in equal and not DEGENERATE.search(equal)
