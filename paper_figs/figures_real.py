@@ -58,14 +58,23 @@ def draw_panel(axis, data: Mapping, title: str) -> dict:
     if frontier:
         xs, ys = zip(*sorted(frontier), strict=True)
         axis.plot(xs, ys, color=COLORS["pareto"], linewidth=1.6, label="frontier (pool level)")
-        series["frontier"] = list(zip(xs, ys, strict=True))
+        series["frontier (pool level)"] = list(zip(xs, ys, strict=True))
     for family, points in _family_points(rows).items():
         color = COLORS.get(family, "#7f7f7f")
         for row in points:
             if row["kl_per_token"] is not None and not _drawn_kl(row):  # lossless: a level
                 level = row["acceptance"]
-                label = f"{family} (KL 0, {level:.3f})"
+                label = f"{family} (KL 0)"  # one legend entry over every panel
                 axis.axhline(level, color=color, linestyle=":", linewidth=1.2, label=label)
+                axis.annotate(
+                    f"{family} {level:.3f}",
+                    (0.01, level),
+                    xycoords=("axes fraction", "data"),
+                    textcoords="offset points",
+                    xytext=(0, 2),
+                    fontsize=7,
+                    color=color,
+                )
                 series[row["label"]] = level
         drawn = sorted((row["kl_per_token"], row["acceptance"]) for row in points if _drawn_kl(row))
         infinite = [row for row in points if row["kl_per_token"] is None]
