@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.cli.sampling_args import add_sampling_arguments, sampling_from_args
+from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.util.files import atomic_write_json, check_writable, check_writable_folder
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -76,18 +77,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=["float32", "bfloat16"],
         help="dtypes built side by side; ratios are to the first (default float32 bfloat16)",
     )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=PAPER_SETTING.temperature,
-        help="sampling temperature, > 0 (default %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--top-k", type=int, default=PAPER_SETTING.top_k, help="top-k, 0 = off (default 20)"
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=PAPER_SETTING.top_p, help="top-p, 1 = off (default 0.95)"
-    )
+    add_sampling_arguments(parser)
     parser.add_argument(
         "--stats-positions",
         type=int,
@@ -130,7 +120,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _sampling(args: argparse.Namespace) -> SamplingSettings:
-    return SamplingSettings(args.temperature, args.top_k or None, args.top_p)
+    return sampling_from_args(args)
 
 
 def time_builds(setups: dict, settings, rounds: int) -> dict:

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.cli.sampling_args import add_sampling_arguments, sampling_from_args
 from cactus_theory.util.files import atomic_write_json, check_writable, check_writable_folder
 
 DEFAULT_DATASETS = ("mt-bench", "humaneval", "heldout")
@@ -66,18 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_new_tokens,
         help="tokens generated per prompt (default %(default)s)",
     )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=PAPER_SETTING.temperature,
-        help="sampling temperature, > 0 (default %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--top-k", type=int, default=PAPER_SETTING.top_k, help="top-k, 0 = off (default 20)"
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=PAPER_SETTING.top_p, help="top-p, 1 = off (default 0.95)"
-    )
+    add_sampling_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--batch-size",
@@ -168,7 +157,7 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         k=args.k,
         num_prompts=args.num_prompts,
         max_new_tokens=args.max_new_tokens,
-        sampling=SamplingSettings(args.temperature, args.top_k or None, args.top_p),
+        sampling=sampling_from_args(args),
         batch_size=args.batch_size,
         seed=args.seed,
     )

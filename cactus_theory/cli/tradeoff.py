@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.cli.sampling_args import add_sampling_arguments, sampling_from_args
+from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.util.files import atomic_write_json, atomic_write_text, check_writable_folder
 
 DTYPES = ("bfloat16", "float32", "float16")
@@ -87,18 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="rule spec, repeatable (default: sps, tas, cactus and cactus-exact over δ in "
         "0.1..4, frontier, the engines' relaxed and sglang rules)",
     )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=PAPER_SETTING.temperature,
-        help="sampling temperature, > 0 (default %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--top-k", type=int, default=PAPER_SETTING.top_k, help="top-k, 0 = off (default 20)"
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=PAPER_SETTING.top_p, help="top-p, 1 = off (default 0.95)"
-    )
+    add_sampling_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
         "--dtype", default="bfloat16", choices=DTYPES, help="model weights (default bfloat16)"
@@ -146,11 +136,7 @@ def _check(args: argparse.Namespace) -> SamplingSettings:
         value = getattr(args, name)
         if value < 1:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1, got {value}")
-    if not args.temperature > 0:
-        raise ValueError(
-            f"temperature: must be > 0 (a pool needs sampled contexts), got {args.temperature}"
-        )
-    sampling = SamplingSettings(args.temperature, args.top_k or None, args.top_p)
+    sampling = sampling_from_args(args)
     if args.json:
         from cactus_theory.util.files import check_writable
 
