@@ -27,7 +27,6 @@ DATASET_NAMES = {
     "heldout": "the held-out prompts",
 }
 #: The two rules the sentence compares.
-LOSSLESS, RELAXED = "sps", "cactus:delta=1.0"
 
 POOL_NOTE = (
     "<p>Each set's <b>pool</b> holds the verifier's own sampled continuations of the set's "
@@ -56,41 +55,21 @@ def _number(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-#: Below this a KL per token (nats) is float rounding of an exact 0 (SpS emits q).
-KL_ZERO = 1e-12
-
-
 def _kl(value: float | None) -> str:
-    """A KL per token in nats: None (infinite) as ∞, rounding of 0 as 0, small values in
-    scientific notation."""
-    if value is None:
-        return "∞"
-    if abs(value) < KL_ZERO:
-        return "0"
-    if abs(value) >= 1e-3:
-        return f"{value:.4f}"
-    return f"{value:.2e}"
+    from cactus_theory.real.tradeoff import format_kl
+
+    return format_kl(value)
 
 
 # -- the exact trade-off --------------------------------------------------------------------
 
 
 def tradeoff_sentence(name: str, document: dict) -> str | None:
-    """The sentence a reader can quote, from ``document``'s sps and cactus δ = 1 rows (None
-    when either is missing or cactus's KL is infinite)."""
-    from cactus_theory.real.real_model import find_row
+    """The sentence a reader can quote (``real.tradeoff.headline``), None when the sps or
+    cactus δ = 1 row is missing or cactus's KL is infinite."""
+    from cactus_theory.real.tradeoff import headline
 
-    lossless, relaxed = find_row(document, LOSSLESS), find_row(document, RELAXED)
-    if lossless is None or relaxed is None or relaxed["kl_per_token"] is None:
-        return None
-    gain = 100 * (relaxed["acceptance"] - lossless["acceptance"])
-    return (
-        f"On {DATASET_NAMES.get(name, name)} ({document['positions']:,} positions), Cactus "
-        f"δ=1 accepts {relaxed['acceptance']:.3f} vs SpS's {lossless['acceptance']:.3f} "
-        f"({gain:+.1f} points) at KL {_kl(relaxed['kl_per_token'])} nats/token, TV "
-        f"{relaxed['tv_per_token']:.3f}; the frontier reaches "
-        f"{relaxed['frontier_acceptance']:.3f} at that KL."
-    )
+    return headline(document, DATASET_NAMES.get(name, name))
 
 
 def tradeoff_table(document: dict, shown_k: int) -> str:

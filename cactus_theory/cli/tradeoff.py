@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     print()
     print(check_line(data))
-    sentence = headline(data, dataset)
+    sentence = tradeoff.headline(data, dataset, digits=4)
     if sentence:
         print(sentence)
     _write(args, data, dataset)
@@ -299,20 +299,4 @@ def check_line(data: dict) -> str:
     return (
         f"frontier check: no rule exceeds the frontier at its KL ({len(data['rows'])} rules, "
         f"{data['positions']:,} positions)"
-    )
-
-
-def headline(data: dict, dataset: str) -> str | None:
-    """One sentence: what Cactus δ = 1 buys over SpS here, and at what divergence."""
-    rows = {row["rule"]: row for row in data["rows"]}
-    sps, cactus = rows.get("sps"), rows.get("cactus:delta=1.0")
-    if sps is None or cactus is None or cactus["kl_per_token"] is None:
-        return None
-    gain = 100 * (cactus["acceptance"] - sps["acceptance"])
-    return (
-        f"On {dataset} ({data['positions']:,} positions), Cactus δ=1 accepts "
-        f"{cactus['acceptance']:.4f} against SpS's {sps['acceptance']:.4f} ({gain:+.1f} points) "
-        f"at a KL of {cactus['kl_per_token']:.4f} nats per token (TV "
-        f"{cactus['tv_per_token']:.4f}); the frontier reaches "
-        f"{cactus['frontier_acceptance']:.4f} at that KL."
     )

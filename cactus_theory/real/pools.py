@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cactus_theory.core import validate
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
 from cactus_theory.util import provenance
 from cactus_theory.util.files import atomic_write
@@ -79,9 +80,7 @@ class PoolSettings:
 
     def __post_init__(self) -> None:
         for name in ("positions", "num_prompts", "max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+            object.__setattr__(self, name, validate.positive_int(name, getattr(self, name)))
         if self.sampling.temperature == 0:
             raise ValueError(
                 "temperature: a pool needs sampled continuations (temperature > 0); at "

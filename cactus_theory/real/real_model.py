@@ -388,15 +388,10 @@ def al_half_width(row: dict) -> float | None:
 
 
 def find_row(document: dict, spec: str) -> dict | None:
-    """The row of ``document`` whose rule is ``spec`` (compared after parsing, so
-    ``cactus:delta=1`` finds ``cactus:delta=1.0``), or None."""
-    from cactus_theory.core.rules import parse, spec_of
+    """The row of ``document`` whose rule is ``spec`` (``real.tradeoff.find_row``)."""
+    from cactus_theory.real.tradeoff import find_row as find
 
-    wanted = spec_of(parse(spec))
-    for row in document.get("rows", []):
-        if spec_of(parse(row["rule"])) == wanted:
-            return row
-    return None
+    return find(document, spec)
 
 
 # --- as a child process of `cactus report` ------------------------------------------------

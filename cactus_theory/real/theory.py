@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cactus_theory.core import law
+from cactus_theory.core import law, validate
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
 from cactus_theory.core.rules import Rule, parse, spec_of
 from cactus_theory.real import pools
@@ -100,9 +100,7 @@ class TheorySettings:
 
     def __post_init__(self) -> None:
         for name in ("k", "num_prompts", "max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+            object.__setattr__(self, name, validate.positive_int(name, getattr(self, name)))
         if self.sampling.temperature == 0:
             raise ValueError("temperature: the comparison needs sampled decoding (temperature > 0)")
 

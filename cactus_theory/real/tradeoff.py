@@ -276,3 +276,48 @@ def csv_text(data: Mapping) -> str:
         values += [row["predicted_speedup"].get(str(k), "") for k in speed_ks]
         writer.writerow(["" if value is None else value for value in values])
     return buffer.getvalue()
+
+
+# -- reading a trade-off document -----------------------------------------------------------
+
+#: A KL this small is written as 0 (a lossless rule's rounding).
+KL_ZERO = 1e-12
+
+
+def find_row(document: Mapping, spec: str) -> dict | None:
+    """The row of a ``to_json`` document whose rule is ``spec`` (compared after parsing,
+    so ``cactus:delta=1`` finds ``cactus:delta=1.0``), or None."""
+    wanted = spec_of(parse(spec))
+    for row in document.get("rows", []):
+        if spec_of(parse(row["rule"])) == wanted:
+            return row
+    return None
+
+
+def format_kl(value: float | None) -> str:
+    """A KL per token in nats: None (infinite) as ∞, rounding of 0 as 0, values below
+    1e-3 in scientific notation, others to 4 decimals."""
+    if value is None:
+        return "∞"
+    if abs(value) < KL_ZERO:
+        return "0"
+    if abs(value) >= 1e-3:
+        return f"{value:.4f}"
+    return f"{value:.2e}"
+
+
+def headline(document: Mapping, dataset: str, digits: int = 3) -> str | None:
+    """The sentence a reader can quote: what Cactus δ = 1 accepts over SpS on ``dataset``,
+    at what divergence, and the frontier at that divergence (acceptances to ``digits``
+    decimals). None when either row is missing or Cactus's KL is infinite."""
+    lossless, relaxed = find_row(document, "sps"), find_row(document, "cactus:delta=1")
+    if lossless is None or relaxed is None or relaxed["kl_per_token"] is None:
+        return None
+    gain = 100 * (relaxed["acceptance"] - lossless["acceptance"])
+    return (
+        f"On {dataset} ({document['positions']:,} positions), Cactus δ=1 accepts "
+        f"{relaxed['acceptance']:.{digits}f} vs SpS's {lossless['acceptance']:.{digits}f} "
+        f"({gain:+.1f} points) at KL {format_kl(relaxed['kl_per_token'])} nats/token, TV "
+        f"{relaxed['tv_per_token']:.{digits}f}; the frontier reaches "
+        f"{relaxed['frontier_acceptance']:.{digits}f} at that KL."
+    )

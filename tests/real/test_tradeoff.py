@@ -166,3 +166,34 @@ def test_bad_arguments_name_themselves(pool):
         tradeoff.predicted_speedup(0.5, 3, 0.1, verify_cost=0.0)
     with pytest.raises(ValueError, match="delta"):
         tradeoff.tradeoff(pool, ["cactus"])
+
+
+def test_headline_reads_the_sps_and_cactus_rows_and_says_none_without_them():
+    """The quotable sentence: rows found after parsing (``cactus:delta=1`` finds
+    ``cactus:delta=1.0``), KL written by ``format_kl``; None when a row is missing or
+    Cactus's KL is infinite (no sentence rather than a wrong one)."""
+    document = {
+        "positions": 2404,
+        "rows": [
+            {"rule": "sps", "acceptance": 0.4375, "kl_per_token": 0.0},
+            {
+                "rule": "cactus:delta=1.0",
+                "acceptance": 0.5785,
+                "kl_per_token": 0.1738,
+                "tv_per_token": 0.1410,
+                "frontier_acceptance": 0.5803,
+            },
+        ],
+    }
+    assert tradeoff.headline(document, "MT-Bench") == (
+        "On MT-Bench (2,404 positions), Cactus δ=1 accepts 0.579 vs SpS's 0.438 (+14.1 "
+        "points) at KL 0.1738 nats/token, TV 0.141; the frontier reaches 0.580 at that KL."
+    )
+    assert tradeoff.find_row(document, "cactus:delta=1") is document["rows"][1]
+    assert tradeoff.headline({"positions": 1, "rows": document["rows"][:1]}, "x") is None
+    infinite = {"positions": 1, "rows": [document["rows"][0], {**document["rows"][1]}]}
+    infinite["rows"][1]["kl_per_token"] = None
+    assert tradeoff.headline(infinite, "x") is None
+    assert [tradeoff.format_kl(v) for v in (None, 1e-15, 2.5e-4, 0.1738)] == [
+        "∞", "0", "2.50e-04", "0.1738"
+    ]  # fmt: skip
