@@ -59,6 +59,15 @@ def wait_for(predicate, seconds: float) -> bool:
     return False
 
 
+def lock_is_free(out: Path) -> bool:
+    """Whether a rerun could take ``out``'s lock now (it is released at once)."""
+    try:
+        with process.exclusive_lock(out):
+            return True
+    except ValueError:
+        return False
+
+
 def start_job(out: Path, patch: str = "") -> subprocess.Popen:
     """The job in a subprocess, once its claims child runs."""
     job = subprocess.Popen(
@@ -84,9 +93,10 @@ def test_killing_the_job_stops_the_claims_child(tmp_path, signum):
     # SIGTERM and SIGHUP stop the child in the job's cleanup; after SIGKILL the child sees
     # its parent die (PR_SET_PDEATHSIG, or the watchdog within half a second).
     assert wait_for(lambda: not claims_children(out), 30), f"child {child} still runs"
-    # The folder is free again: a rerun may start (it is not run to the end here).
-    with process.exclusive_lock(out):
-        pass
+    # The folder is free again: a rerun may start (it is not run to the end here). A dying
+    # child leaves /proc's command line before the kernel closes its files (the inherited
+    # lock), so the lock is freed a moment after the child disappears from the list above.
+    assert wait_for(lambda: lock_is_free(out), 10), "the output folder stays locked"
 
 
 @linux_only
