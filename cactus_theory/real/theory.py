@@ -116,6 +116,32 @@ class TheorySettings:
         )
 
 
+def restrict(pool: RealPool, settings: TheorySettings) -> RealPool:
+    """The positions of ``pool`` that a comparison with ``settings`` decodes: generated
+    positions 0 .. ``max_new_tokens`` − 1 of the first ``num_prompts`` prompts. The first M
+    tokens of a continuation have the same law whatever budget it was sampled with, so a
+    pool of the same prompts and sampling setting with longer continuations serves (the
+    report compares on its trade-off pool). ValueError when the sampling settings differ
+    or the pool's continuations are shorter than ``max_new_tokens``."""
+    built = pool.info.get("settings", {})
+    if built.get("sampling") not in (None, settings.sampling.label):
+        raise ValueError(
+            f"pool: sampled with {built['sampling']}, the comparison decodes with "
+            f"{settings.sampling.label}"
+        )
+    if built.get("max_new_tokens", settings.max_new_tokens) < settings.max_new_tokens:
+        raise ValueError(
+            f"max_new_tokens: the pool's continuations have {built['max_new_tokens']} tokens, "
+            f"fewer than the {settings.max_new_tokens} the comparison decodes"
+        )
+    chosen = pool.select(
+        (pool.prompt < settings.num_prompts) & (pool.step < settings.max_new_tokens)
+    )
+    if len(chosen) == 0:
+        raise ValueError("pool: holds no position of the compared prompts")
+    return chosen
+
+
 # --- verify steps -------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cactus_theory.decode.runs import Pair, load_setup
-from cactus_theory.real import pools, real_model, tradeoff
+from cactus_theory.real import pools, real_model, theory, tradeoff
 from cactus_theory.real.decode_table import TableSettings
 from paper_figs import page_real
 
@@ -37,6 +37,7 @@ POOL = pools.PoolSettings(positions=40, num_prompts=6, max_new_tokens=12, batch_
 TABLE = TableSettings(
     rules=("sps", "cactus:delta=1.0"), ks=(2,), num_prompts=2, max_new_tokens=6, repeats=1
 )
+THEORY = theory.TheorySettings(k=2, num_prompts=4, max_new_tokens=10, batch_size=2)
 DEGENERATE = re.compile(r"\[\s*([0-9.]+)x?,\s*\1x?\s*\]")
 
 
@@ -79,6 +80,7 @@ def section(tiny_pair, tmp_path_factory):
         prompts={"mt-bench": PROMPTS},
         pool_settings=POOL,
         table_settings=TABLE,
+        theory_settings=THEORY,
     )
     return out, found
 
@@ -122,7 +124,9 @@ def test_the_json_rows_are_the_exact_tradeoff_of_the_same_pool(section, tiny_pai
     cactus = real_model.find_row(document, "cactus:delta=1")
     assert sps["kl_per_token"] == pytest.approx(0.0, abs=1e-12)
     assert cactus["acceptance"] >= sps["acceptance"]
-    assert set(stored["timings"]) == {"load", "costs", "pools", "tradeoff", "decode_table"}
+    assert set(stored["timings"]) == {
+        "load", "costs", "pools", "tradeoff", "decode_table", "theory"
+    }  # fmt: skip
     assert set(cactus["predicted_speedup"]) == set(cactus["predicted_al"])
     table = stored["datasets"]["mt-bench"]
     assert table["rows"][0]["rule"] == "autoregressive"
@@ -137,6 +141,7 @@ def test_a_rerun_reads_the_pool_back(section, tiny_pair):
     again = real_model.run(
         out, quick=True, progress=False, pair=tiny_pair, say=lambda text: None,
         prompts={"mt-bench": PROMPTS}, pool_settings=POOL, table_settings=TABLE,
+        theory_settings=THEORY,
     )  # fmt: skip
     entry = again["tradeoff"]["mt-bench"]
     assert again["costs"] == found["costs"]  # read back, not measured again
@@ -147,6 +152,37 @@ def test_a_rerun_reads_the_pool_back(section, tiny_pair):
         page_real.pool_line(first)
     )
     assert entry["document"] == found["tradeoff"]["mt-bench"]["document"]
+    # The decodes are read back: the same rows, no decoding time this run.
+    assert again["theory"]["mt-bench"]["rows"] == found["theory"]["mt-bench"]["rows"]
+    assert again["theory"]["mt-bench"]["decoded_seconds"] == 0 < (
+        found["theory"]["mt-bench"]["decoded_seconds"]
+    )
+
+
+def test_the_theory_rows_are_the_comparison_on_the_same_prompts_and_positions(section, tiny_pair):
+    """Oracle: ``theory.compare`` of decodes made again with no cache, against the pool
+    built again with no cache and restricted to the compared prompts and positions; equal
+    to the last bit (NaN standard errors stored as null)."""
+    _, found = section
+    table = found["theory"]["mt-bench"]
+    assert table["settings"]["num_prompts"] == THEORY.num_prompts
+    setup = load_setup(tiny_pair, torch.device("cpu"), real_model.DTYPE)
+    setup.prompts = list(PROMPTS)
+    pool = pools.build_pool(setup, POOL, None, device="cpu", dtype=real_model.DTYPE, progress=False)
+    subset = theory.restrict(pool, THEORY)
+    assert set(subset.prompt.tolist()) == set(range(THEORY.num_prompts))
+    assert subset.step.max() < THEORY.max_new_tokens < POOL.max_new_tokens
+    expected = []
+    for rule in real_model.THEORY_RULES:
+        decoded = theory.decode(
+            setup, THEORY, rule, None, device="cpu", dtype=real_model.DTYPE, progress=False
+        )
+        row = theory.compare(subset, decoded, rule, THEORY.k, THEORY.max_new_tokens)
+        expected.append({key: real_model._strict(value) for key, value in row.items()})
+    assert table["rows"] == expected
+    assert [row["rule"] for row in table["rows"]] == ["sps", "cactus:delta=1.0",
+                                                       "cactus-exact:delta=1.0"]  # fmt: skip
+    assert table["rows"][0]["positions"] == len(subset)
 
 
 def test_the_page_quotes_the_json_numbers_and_prints_no_degenerate_interval(section):
@@ -167,6 +203,13 @@ def test_the_page_quotes_the_json_numbers_and_prints_no_degenerate_interval(sect
     assert "No speed-up is shown" in page and "speed-up (95% interval)" not in page
     assert not DEGENERATE.search(page)
     assert "Dominance checked" in page
+    sps_theory = found["theory"]["mt-bench"]["rows"][0]
+    assert (
+        f"SpS: the pool&#x27;s exact α {sps_theory['pool_alpha']:.3f} against the decoder&#x27;s "
+        f"measured α₁ {sps_theory['measured_alpha']:.3f} over {sps_theory['drafted_steps']} "
+        f"verify steps, z = {sps_theory['pool_z']:+.1f}"
+    ) in page
+    assert "The theory against the decoder" in page and "α by draft position 1..2" in page
     three = f"{cactus['predicted_speedup']['3']:.2f}x"
     assert f"<td>{three}</td>" in page and "It is a prediction, not a measured speed-up" in page
     # A planted violation is shown as one (the check's own tests plant it in the rows).
@@ -174,6 +217,46 @@ def test_the_page_quotes_the_json_numbers_and_prints_no_degenerate_interval(sect
     planted["tradeoff"]["mt-bench"]["violations"] = ["tas: acceptance 0.9 > frontier 0.5"]
     shown = page_real.real_model_section(planted)
     assert "1 dominance violation(s)" in shown and "tas: acceptance 0.9 &gt; frontier" in shown
+
+
+def test_the_theory_verdict_says_when_sps_disagrees():
+    """The sentence follows z: within 3 standard errors it agrees, beyond it says so (the
+    negative control a wrong pool or decoder would produce); no SE, no sentence."""
+    row = {
+        "rule": "sps", "label": "sps", "pool_alpha": 0.44, "pool_alpha_se": 0.01,
+        "measured_alpha": 0.45, "measured_alpha_se": 0.02, "pool_z": -0.5,
+        "alpha_step_starts": 0.45, "alpha_all_positions": 0.47, "alpha_by_position": [0.45, None],
+        "predicted_al": 0.63, "predicted_al_se": 0.02, "measured_al": 0.55,
+        "measured_al_se": None, "drafted_steps": 300,
+    }  # fmt: skip
+    settings = {"k": 2, "num_prompts": 8, "max_new_tokens": 64, "batch_size": 8, "seed": 0,
+                "sampling": "T=0.6"}  # fmt: skip
+    table = {"settings": settings, "rows": [row]}
+    agree = page_real.theory_section({"theory": {"mt-bench": table}})
+    assert "z = -0.5 (paired, by prompt): they agree within 3 standard errors" in agree
+    assert "<td>0.45 / –</td>" in agree and "<td>0.55</td>" in agree  # no ± without an SE
+    row["pool_z"] = -4.2
+    assert "differ by more than 3 standard errors" in page_real.theory_section(
+        {"theory": {"mt-bench": table}}
+    )
+    row["pool_z"] = None
+    assert "SpS:" not in page_real.theory_section({"theory": {"mt-bench": table}})
+
+
+def test_a_pool_too_short_for_the_theory_leaves_the_rest_in_place(tiny_pair, tmp_path):
+    """The comparison decodes 20 tokens but the pool's continuations have 12: the theory
+    check is unavailable with that reason, the trade-off and decoding table are there."""
+    found = real_model.run(
+        tmp_path, quick=True, progress=False, pair=tiny_pair, say=lambda text: None,
+        prompts={"mt-bench": PROMPTS}, pool_settings=POOL, table_settings=TABLE,
+        theory_settings=theory.TheorySettings(k=2, num_prompts=2, max_new_tokens=20),
+        costs={"num_prompts": 1, "max_new_tokens": 4, "rounds": 1},
+    )  # fmt: skip
+    assert found["theory_unavailable"].startswith("ValueError: max_new_tokens: the pool's")
+    assert "theory" not in found and found["tradeoff"]["mt-bench"]["document"]["rows"]
+    assert "Theory check unavailable: ValueError: max_new_tokens" in (
+        page_real.real_model_section(found)
+    )
 
 
 def _decoding(repeats, low, high):

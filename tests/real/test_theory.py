@@ -308,3 +308,31 @@ def test_a_decode_with_no_drafted_step_is_refused(setup, pool):
     assert len(decoded.steps.row) == 2 and not decoded.steps.drafts.any()
     with pytest.raises(ValueError, match="decoded: no verify step drafted"):
         theory.compare(pool, decoded, "sps", SETTINGS.k)
+
+
+def test_restrict_keeps_the_compared_prompts_and_positions(pool):
+    """A pool of longer continuations serves a shorter comparison: ``restrict`` keeps the
+    first ``num_prompts`` prompts' positions below ``max_new_tokens``, rows unchanged."""
+    shorter = dataclasses.replace(SETTINGS, num_prompts=5, max_new_tokens=20)
+    kept = theory.restrict(pool, shorter)
+    expected = (pool.prompt < 5) & (pool.step < 20)
+    assert len(kept) == int(expected.sum()) > 0 and kept.info["positions"] == len(kept)
+    np.testing.assert_array_equal(kept.target_probs, pool.target_probs[expected])
+    np.testing.assert_array_equal(kept.draft_probs, pool.draft_probs[expected])
+    np.testing.assert_array_equal(kept.step, pool.step[expected])
+    # The whole comparison restricts to the whole pool.
+    assert len(theory.restrict(pool, SETTINGS)) == len(pool)
+    with pytest.raises(ValueError, match=r"^keep: must be a bool array of shape"):
+        pool.select(np.ones(3, bool))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_new_tokens": 40}, "^max_new_tokens: the pool's continuations have 32 tokens"),
+        ({"sampling": SamplingSettings(temperature=0.5)}, "^pool: sampled with "),
+    ],
+)
+def test_restrict_refuses_a_pool_that_cannot_serve(pool, changes, message):
+    with pytest.raises(ValueError, match=message):
+        theory.restrict(pool, dataclasses.replace(SETTINGS, **changes))
