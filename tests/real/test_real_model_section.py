@@ -154,8 +154,10 @@ def test_a_rerun_reads_the_pool_back(section, tiny_pair):
     assert entry["document"] == found["tradeoff"]["mt-bench"]["document"]
     # The decodes are read back: the same rows, no decoding time this run.
     assert again["theory"]["mt-bench"]["rows"] == found["theory"]["mt-bench"]["rows"]
-    assert again["theory"]["mt-bench"]["decoded_seconds"] == 0 < (
-        found["theory"]["mt-bench"]["decoded_seconds"]
+    assert (
+        again["theory"]["mt-bench"]["decoded_seconds"]
+        == 0
+        < (found["theory"]["mt-bench"]["decoded_seconds"])
     )
 
 
