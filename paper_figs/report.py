@@ -12,8 +12,8 @@
    ``out/claims-cache``, so an interrupted run resumes there too). A ``claims_runner``
    argument runs in this process instead (tests inject one);
 3. the real-model section (``cactus_theory.real.real_model``: the pair's costs, the exact
-   trade-off on pools of real contexts, the decoding table), as a second child
-   (``start_real_model``) that a thread starts as soon as the claims child has ended, on
+   trade-off on pools of real contexts, the theory against the decoder, the decoding
+   table), as a second child (``start_real_model``) that a thread starts as soon as the claims child has ended, on
    the core it freed while the sweep still runs (one torch thread), so on 2 cores the job
    takes about max(sweep, claims + real model); its pools, costs and table rows are
    cached under ``out/real-model``, so an interrupted run resumes there too;
@@ -287,8 +287,8 @@ def build(
     """Run everything and write ``out/report.html`` (see the module docstring).
 
     ``real_model``: run the real-model section (``cactus_theory.real.real_model``: costs,
-    pools, the exact trade-off, the decoding table) in a child process once the claims
-    child ends (module docstring; in this process after the claims when a
+    pools, the exact trade-off, the theory check, the decoding table) in a child process
+    once the claims child ends (module docstring; in this process after the claims when a
     ``claims_runner`` is given); False skips it, a callable replaces it, in this process
     (tests). Its stage timings are recorded as ``real_model_<stage>``.
 
