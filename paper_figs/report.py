@@ -16,7 +16,8 @@
    table), as a second child (``start_real_model``) that a thread starts as soon as the
    claims child has ended, on the core it freed while the sweep still runs (one torch
    thread), so on 2 cores the job takes about max(sweep, claims + real model); its pools,
-   costs, decodes and table rows are cached under ``out/real-model``, so an interrupted run resumes there too;
+   costs, decodes and table rows are cached under ``out/real-model``, so an interrupted
+   run resumes there too;
 4. the figures (``paper_figs.figures``, and ``paper_figs.figures_real`` for the
    real-model section) into ``out/figures`` as PNG and SVG;
 5. ``out/report.html`` (``paper_figs.page``): the summary table, the real-model section,
