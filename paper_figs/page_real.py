@@ -391,7 +391,7 @@ THEORY_NOTE = (
     "deeper drafts read its own predicted features and accept less than the first, so the "
     "predicted AL Σ_j α^j (every position accepting like the first) runs above the measured "
     "one. <code>cactus bench theory</code> runs the same comparison on more prompts and "
-    "every set.</p>"
+    "more rules.</p>"
 )
 
 

@@ -322,3 +322,15 @@ def test_an_unloadable_pair_is_unavailable_with_its_reason(tmp_path, capsys):
     page = page_real.real_model_section(found)
     assert "<b>Unavailable:</b> ValueError: " in page and "Traceback" not in page
     assert said == [f"real-model section unavailable: {found['unavailable']}"]
+
+
+def test_the_full_report_checks_the_theory_on_every_set(section):
+    """The full report compares the pool with the decoder on every evaluation set, each
+    under its own title with its own SpS verdict."""
+    assert real_model.THEORY_DATASETS == real_model.DATASETS
+    _, found = section
+    table = found["theory"]["mt-bench"]
+    page = page_real.theory_section({**found, "theory": {"mt-bench": table, "heldout": table}})
+    titles = [f"<h4>{page_real.DATASET_TITLES[name]}</h4>" for name in ("mt-bench", "heldout")]
+    assert page.index(titles[0]) < page.index(titles[1])
+    assert page.count("SpS: the pool") == 2
