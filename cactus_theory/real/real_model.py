@@ -101,7 +101,7 @@ QUICK_TABLE = TableSettings(
 #: The theory against the decoder (``real.theory``) on every set: these rules decoded at
 #: k = 3 on the set's first 8 prompts x 64 tokens, against the exact α of its pool on the
 #: same prompts' first 64 positions (``theory.restrict``).
-THEORY_DATASETS = ("mt-bench", "humaneval", "heldout")
+THEORY_DATASETS = DATASETS
 THEORY_RULES = ("sps", "cactus:delta=1.0", "cactus-exact:delta=1.0")
 THEORY = TheorySettings(k=3, num_prompts=8, max_new_tokens=64, sampling=PAPER_SETTING)
 QUICK_THEORY = TheorySettings(
