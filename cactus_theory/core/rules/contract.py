@@ -132,8 +132,10 @@ def check_laws(rule: Any, method: str, values: Any) -> Any:
         found = f"a negative entry {low:.6g}"
     else:
         flat = xp.reshape(sums, (-1,))
-        index = int(np.argmax(np.reshape(off, -1))) if is_numpy(values) else int(
-            xp.argmax(xp.reshape(off, (-1,)))
+        index = (
+            int(np.argmax(np.reshape(off, -1)))
+            if is_numpy(values)
+            else int(xp.argmax(xp.reshape(off, (-1,))))
         )
         found = f"a row that sums to {float(flat[index]):.12g}"
     raise ValueError(

@@ -298,7 +298,7 @@ def rule_class(name: str) -> type[Rule]:
 
 
 def unknown_rule_message(name: str) -> str:
-    """"unknown rule 'X'", a "did you mean" when a registered name is close, the names,
+    """ "unknown rule 'X'", a "did you mean" when a registered name is close, the names,
     and how a rule of one's own becomes known."""
     known = names()
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
