@@ -50,18 +50,14 @@ ACCEPT_ATOL = 1e-9
 LAW_RTOL = 1e-9
 
 
-def law_tolerance(dtype: Any) -> float:
+def law_tolerance(dtype: Any, xp: Any = None) -> float:
     """The allowed |Σ − 1| (and negative entry) of a law in ``dtype``: ``LAW_RTOL`` for
-    float64 (and non-float dtypes), √ε for lower-precision floats."""
+    float64 (and non-float dtypes), √ε for lower-precision floats. ``xp``: the array
+    namespace the dtype belongs to (numpy when None; a torch dtype needs torch's)."""
     try:
-        eps = float(np.finfo(dtype).eps)
+        eps = float((xp or namespace(np.zeros(0))).finfo(dtype).eps)
     except (TypeError, ValueError):
-        try:  # a torch dtype
-            import torch
-
-            eps = float(torch.finfo(dtype).eps)
-        except (ImportError, TypeError):
-            return LAW_RTOL
+        return LAW_RTOL
     return max(LAW_RTOL, math.sqrt(eps)) if eps > np.finfo(np.float64).eps else LAW_RTOL
 
 
@@ -118,7 +114,7 @@ def check_laws(rule: Any, method: str, values: Any) -> Any:
     if math.prod(values.shape) == 0:
         return values
     xp = namespace(values)
-    tolerance = law_tolerance(values.dtype)
+    tolerance = law_tolerance(values.dtype, xp)
     with np.errstate(invalid="ignore"):  # inf − inf: reported below as NaN or inf
         sums = xp.sum(values, axis=-1)
         off = xp.abs(sums - 1.0)
