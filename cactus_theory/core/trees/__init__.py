@@ -13,6 +13,8 @@
 - ``law``: the exact node law and acceptance by enumeration over drafted tuples
   (``node_law``, ``node_acceptance``, ``node_divergence``, ``node_law_rows``);
 - ``sample``: the numpy node sampler from uniforms (``sample_node``, ``verify_node``);
+- ``optimum``: the lossless optimum α* (``optimal_acceptance``: cut, sort or lp);
+- ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``);
 - ``rules``: the built-in tree rules (``walk``, ``rrs``, ``lift:SPEC``, ...).
 """
 
@@ -45,6 +47,12 @@ from cactus_theory.core.trees.registry import _register_builtins as _builtins
 
 _builtins()
 
+from cactus_theory.core.trees.frontier import (  # noqa: E402
+    core_base,
+    frontier_acceptance,
+    frontier_rows,
+    lexicographic_base,
+)
 from cactus_theory.core.trees.law import (  # noqa: E402
     NodeLaw,
     closed_form,
@@ -110,12 +118,16 @@ __all__ = [
     "as_tree_rule",
     "closed_form",
     "conditional_law",
+    "core_base",
     "decide",
     "draft_children",
     "drafted_tuples",
     "end_probs",
+    "frontier_acceptance",
+    "frontier_rows",
     "enumerate_node",
     "hub_token",
+    "lexicographic_base",
     "lift",
     "make",
     "names",
