@@ -15,6 +15,7 @@
 - ``sample``: the numpy node sampler from uniforms (``sample_node``, ``verify_node``);
 - ``optimum``: the lossless optimum α* (``optimal_acceptance``: cut, sort or lp);
 - ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``);
+- ``sequences``: a whole tree of depth D (``tree_statistics``: E[accepted], KL per step);
 - ``rules``: the built-in tree rules (``walk``, ``rrs``, ``lift:SPEC``, ...).
 """
 
@@ -65,6 +66,13 @@ from cactus_theory.core.trees.law import (  # noqa: E402
     tuple_law,
 )
 from cactus_theory.core.trees.optimum import optimal_acceptance, sorted_optimum  # noqa: E402
+from cactus_theory.core.trees.sequences import (  # noqa: E402
+    TreeStats,
+    parse_widths,
+    predicted_length,
+    top_children,
+    tree_statistics,
+)
 from cactus_theory.core.trees.rules import (  # noqa: E402
     CactusRRS,
     CactusTree,
@@ -114,6 +122,7 @@ __all__ = [
     "NodeSample",
     "RecursiveRejection",
     "TreeRule",
+    "TreeStats",
     "Walk",
     "as_tree_rule",
     "closed_form",
@@ -139,11 +148,15 @@ __all__ = [
     "sorted_optimum",
     "tuple_law",
     "parse",
+    "parse_widths",
+    "predicted_length",
     "proposals",
     "register",
     "rrs_acceptance",
     "rule_class",
     "sample_node",
     "spec_of",
+    "top_children",
+    "tree_statistics",
     "verify_node",
 ]
