@@ -66,13 +66,6 @@ from cactus_theory.core.trees.law import (  # noqa: E402
     tuple_law,
 )
 from cactus_theory.core.trees.optimum import optimal_acceptance, sorted_optimum  # noqa: E402
-from cactus_theory.core.trees.sequences import (  # noqa: E402
-    TreeStats,
-    parse_widths,
-    predicted_length,
-    top_children,
-    tree_statistics,
-)
 from cactus_theory.core.trees.rules import (  # noqa: E402
     CactusRRS,
     CactusTree,
@@ -91,6 +84,13 @@ from cactus_theory.core.trees.sample import (  # noqa: E402
     draft_children,
     sample_node,
     verify_node,
+)
+from cactus_theory.core.trees.sequences import (  # noqa: E402
+    TreeStats,
+    parse_widths,
+    predicted_length,
+    top_children,
+    tree_statistics,
 )
 
 
