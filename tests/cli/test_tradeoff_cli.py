@@ -8,7 +8,7 @@ command cached (read back with the same settings), the predicted speed-ups equal
 import json
 
 import pytest
-from test_decode_cli import make_tokenizer, save_model
+from tiny_pair import make_tokenizer, save_model
 
 from cactus_theory.cli import dispatch as cli
 from cactus_theory.core.processors import SamplingSettings

@@ -182,3 +182,31 @@ def test_cactus_check_rule_exit_codes(tmp_path, capsys):
         rules.REGISTRY.pop("test-kit-over", None)
     assert dispatch.main(["check", "--rule", "nope"]) == 2
     assert "unknown rule 'nope'" in capsys.readouterr().err
+
+
+class Raising(rules.Rule):
+    """Raises from its acceptance, as a half-written rule does."""
+
+    name = "test-kit-raising"
+
+    def accept_probs(self, target_probs, draft_probs):
+        raise ZeroDivisionError("half-written acceptance")
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return target_probs
+
+
+def test_a_rule_that_raises_is_reported_by_every_check_and_the_report_is_kept(capsys):
+    only = ["law-is-a-distribution", "sampler-law-chi-square"]
+    report = check_rule(Raising(), examples=5, only=only)
+    assert [result.name for result in report.failures] == only
+    for result in report.failures:
+        assert result.detail == "raised ZeroDivisionError: half-written acceptance"
+    rules.register(Raising)
+    try:
+        assert dispatch.main(["check", "--rule", "test-kit-raising", "--only", *only]) == 1
+    finally:
+        rules.REGISTRY.pop("test-kit-raising", None)
+    out = capsys.readouterr().out
+    assert "check_rule(test-kit-raising): FAILED" in out
+    assert out.count("raised ZeroDivisionError: half-written acceptance") == 2
