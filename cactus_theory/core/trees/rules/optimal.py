@@ -93,7 +93,8 @@ class OptimalVerifier(TreeRule):
             rows = np.flatnonzero(where.reshape(-1) == group)
             found = self.flow(target[rows[0]].copy(), draft[rows[0]].copy(), width)
             index = np.searchsorted(found.sets, _token_sets(ids[rows], found.tokens))
-            share = found.accepted[index] / found.chance[index][:, None]  # [r, V]
+            chance = found.chance[index][:, None]  # [r, 1] P(S); 0 for a tuple never drafted
+            share = found.accepted[index] / np.where(chance > 0, chance, 1.0)  # [r, V]
             picked = np.take_along_axis(share, ids[rows], axis=-1)  # [r, K]
             first = np.ones_like(picked, dtype=bool)
             for i in range(1, width):
