@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from cactus_theory.core.arrays import is_numpy
-from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, TreeRule
+from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, WITH_REPLACEMENT, TreeRule
 from cactus_theory.core.trees.law import scheme_tuples, tuple_probabilities
-from cactus_theory.core.trees.optimum import Flow, _token_sets, optimal_flow
+from cactus_theory.core.trees.optimum import Flow, _token_sets, optimal_flow, sorted_optimum
 from cactus_theory.core.trees.rules.sequential import Walk
 
 Array = np.ndarray
@@ -123,3 +123,9 @@ class OptimalVerifier(TreeRule):
 
     def closed_form_law(self, target_probs, draft_probs, width, scheme):
         return target_probs
+
+    def closed_form_acceptance(self, target_probs, draft_probs, width, scheme):
+        """α* by the sorted-prefix scan for i.i.d. children (``optimum``); else None."""
+        if scheme != WITH_REPLACEMENT and width > 1:
+            return None
+        return sorted_optimum(target_probs, draft_probs, width)
