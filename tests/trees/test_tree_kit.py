@@ -53,6 +53,25 @@ def test_a_wrong_declaration_and_a_broken_method_fail_with_counterexamples():
     assert not budget.passed and "kl of the node law" in budget.failures[0].detail
 
 
+class InheritsLosslessClosedForm(trees.Walk):
+    """A lossy walk that keeps the walk's closed form (the law q): the kit must say so."""
+
+    name = "test-stale-closed-form"
+    lossless = False
+    lossless_at = None
+
+    def sibling_accepts(self, target_probs, proposals, children):
+        return 0.5 * super().sibling_accepts(target_probs, proposals, children)
+
+
+def test_a_stale_closed_form_is_caught():
+    report = check_rule(
+        InheritsLosslessClosedForm(), examples=20, only=["closed-forms-equal-enumerated"]
+    )
+    assert not report.passed
+    assert "closed-form and enumerated laws differ" in report.failures[0].detail
+
+
 def test_the_sampler_check_catches_a_decision_that_disagrees_with_the_law(monkeypatch):
     """Negative control for the chi-square: decisions taken with 1 − u instead of u."""
     from cactus_theory.core.trees import sample
