@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paper_figs.figure_kit import Figure, plt, save
+from paper_figs.figure_kit import Figure, legend_below, plt, save
 
 #: The left edge where KL = 0 is drawn on a log axis.
 KL_FLOOR = 1e-4
@@ -99,12 +99,7 @@ def tree_tradeoff_figure(data: Mapping, folder: Path, name: str = "tree_tradeoff
     for axis, (scheme, configs) in zip(axes.flat, schemes.items(), strict=True):
         series[scheme] = draw_scheme(axis, configs)
         axis.set_title(f"{scheme} children", fontsize=10)
-    legend: dict = {}
-    for axis in axes.flat:
-        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend.keys()), loc="lower center",
-               ncol=min(len(legend), 6), fontsize=8, frameon=False)  # fmt: skip
+    legend_below(fig, axes, 6)
     where = data.get("dataset", "a real pool")
     fig.suptitle(f"Tree verification on {where}: acceptance against emitted KL", y=1.0)
     fig.tight_layout(rect=(0, 0.14, 1, 0.97))

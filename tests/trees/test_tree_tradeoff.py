@@ -83,3 +83,19 @@ def test_not_computed_rows_say_so_and_json_csv_round_trip():
     assert lines[0].startswith("scheme,width,rule,method") and len(lines) == 3
     with pytest.raises(ValueError, match="^rule: k-seq is not defined for deterministic"):
         tree_tradeoff.configuration(pool, trees.DETERMINISTIC, 2, ["k-seq"])
+
+
+def test_the_figures_draw_from_results(tmp_path):
+    from paper_figs.figures_trees import figure_khisti, tree_tradeoff_figure
+    from proofs_check.checks_trees_findings import figure2
+
+    pool = synthetic_pool()
+    data = tree_tradeoff.to_json(tree_tradeoff.tree_tradeoff(pool, widths=(1, 2)), dataset="x")
+    drawn = tree_tradeoff_figure(data, tmp_path)
+    assert drawn.png.stat().st_size > 10_000 and set(drawn.series) == set(tree_tradeoff.SCHEMES)
+    curves = figure2(points=9)
+    khisti = figure_khisti(curves, tmp_path)
+    assert khisti.png.stat().st_size > 10_000
+    for reading in ("draft uniform", "target uniform"):
+        best = np.asarray(curves[reading]["optimal"])
+        assert np.all(np.asarray(curves[reading]["rrs"]) <= best + 1e-12)

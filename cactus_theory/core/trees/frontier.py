@@ -38,7 +38,7 @@ from cactus_theory.core import gamma, validate
 from cactus_theory.core.rules.frontier import frontier_target
 from cactus_theory.core.trees.base import DETERMINISTIC, WITH_REPLACEMENT, Node
 from cactus_theory.core.trees.law import tuple_law
-from cactus_theory.core.trees.optimum import _subset_sums, _token_sets, optimal_acceptance
+from cactus_theory.core.trees.optimum import optimal_acceptance, subset_tables
 
 Array = np.ndarray
 
@@ -90,21 +90,12 @@ def _general_base(target: Array, tuples: Array, chance: Array) -> Array:
     """The lexicographically optimal base for any tuple law, by Fujishige's decomposition
     over every subset of the draftable tokens: repeatedly the largest T minimising
     h'(T)/q(T) for the contracted coverage h'(T) = h(T ∪ done) − h(done)."""
-    tokens = np.unique(tuples)
+    tokens, within, mass = subset_tables(
+        target, tuples, chance, MAX_SUBSET_TOKENS, "use top-k rows, or children with replacement"
+    )  # P(X ⊆ B), q(B)
     bits = tokens.size
-    if bits > MAX_SUBSET_TOKENS:
-        raise ValueError(
-            f"node: {bits} draftable tokens; the frontier for this scheme enumerates at "
-            f"most {MAX_SUBSET_TOKENS} (use top-k rows, or children with replacement)"
-        )
-    inside = np.zeros(1 << bits)
-    np.add.at(inside, _token_sets(tuples, tokens), chance)
     full = (1 << bits) - 1
-    within = _subset_sums(inside, bits)  # P(X ⊆ B)
     coverage = 1.0 - within[full ^ np.arange(1 << bits)]  # h(T) = 1 − P(X ⊆ T^c)
-    singles = np.zeros(1 << bits)
-    singles[1 << np.arange(bits)] = target[tokens]
-    mass = _subset_sums(singles, bits)  # q(T)
     base = np.zeros_like(target)
     done = 0
     masks = np.arange(1 << bits)

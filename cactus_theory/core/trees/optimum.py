@@ -72,22 +72,31 @@ def _subset_sums(values: Array, bits: int) -> Array:
     return out
 
 
-def cut_optimum(target: Array, tuples: Array, chance: Array) -> float:
-    """α* = 1 − max_B [P(X ⊆ B) − q(B)] by enumerating every B over the drafted tokens
-    (tuples [T, K] with probabilities [T]; at most ``MAX_CUT_TOKENS`` distinct tokens)."""
+def subset_tables(
+    target: Array, tuples: Array, chance: Array, limit: int, advice: str
+) -> tuple[Array, Array, Array]:
+    """(tokens [m], P(X ⊆ B) [2^m], q(B) [2^m]) over every subset B of the m draftable
+    tokens (bitmasks over ``tokens``), for tuples [T, K] with probabilities [T]; a
+    ValueError ending with ``advice`` when m > ``limit``."""
     tokens = np.unique(tuples)
     bits = tokens.size
-    if bits > MAX_CUT_TOKENS:
+    if bits > limit:
         raise ValueError(
-            f"node: {bits} draftable tokens; the cut enumeration takes at most "
-            f"{MAX_CUT_TOKENS} (use method='sort' for i.i.d. children)"
+            f"node: {bits} draftable tokens; this enumerates at most {limit} ({advice})"
         )
     inside = np.zeros(1 << bits)
     np.add.at(inside, _token_sets(tuples, tokens), chance)
-    covered = _subset_sums(inside, bits)  # P(X ⊆ B)
     singles = np.zeros(1 << bits)
     singles[1 << np.arange(bits)] = np.asarray(target)[tokens]
-    spent = _subset_sums(singles, bits)  # q(B)
+    return tokens, _subset_sums(inside, bits), _subset_sums(singles, bits)
+
+
+def cut_optimum(target: Array, tuples: Array, chance: Array) -> float:
+    """α* = 1 − max_B [P(X ⊆ B) − q(B)] by enumerating every B over the drafted tokens
+    (tuples [T, K] with probabilities [T]; at most ``MAX_CUT_TOKENS`` distinct tokens)."""
+    _, covered, spent = subset_tables(
+        target, tuples, chance, MAX_CUT_TOKENS, "use method='sort' for i.i.d. children"
+    )
     return float(1.0 - max(0.0, float((covered - spent).max())))
 
 
