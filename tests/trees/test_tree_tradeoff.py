@@ -26,7 +26,7 @@ def synthetic_pool(rows: int = 30, width: int = 7, seed: int = 0) -> RealPool:
 
 
 def test_every_configuration_equals_per_node_enumeration():
-    pool = synthetic_pool()
+    pool = synthetic_pool(rows=12)
     target, draft = pool.rows(slice(None))
     result = tree_tradeoff.tree_tradeoff(pool, widths=(1, 2), k_max=3)
     assert tree_tradeoff.violations(result) == []
@@ -89,8 +89,14 @@ def test_the_figures_draw_from_results(tmp_path):
     from paper_figs.figures_trees import figure_khisti, tree_tradeoff_figure
     from proofs_check.checks_trees_findings import figure2
 
-    pool = synthetic_pool()
-    data = tree_tradeoff.to_json(tree_tradeoff.tree_tradeoff(pool, widths=(1, 2)), dataset="x")
+    pool = synthetic_pool(rows=8)
+    chosen = {
+        trees.DETERMINISTIC: ["walk", "cactus-tree:delta=1"],
+        trees.WITH_REPLACEMENT: ["rrs", "k-seq"],
+        trees.WITHOUT_REPLACEMENT: ["rrs"],
+    }
+    result = tree_tradeoff.tree_tradeoff(pool, widths=(1, 2), rules=chosen)
+    data = tree_tradeoff.to_json(result, dataset="x")
     drawn = tree_tradeoff_figure(data, tmp_path)
     assert drawn.png.stat().st_size > 10_000 and set(drawn.series) == set(tree_tradeoff.SCHEMES)
     curves = figure2(points=9)
