@@ -4,8 +4,9 @@ import json
 
 import pytest
 import torch
-from tiny_pair import decode_args
+from tiny_pair import assert_one_line_naming_the_rule, decode_args, raising_rule_module
 
+from cactus_theory import rules
 from cactus_theory.cli import dispatch as cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
@@ -363,3 +364,14 @@ def test_why_lines_name_the_costs_that_make_speculation_lose():
     assert "drafting (k c = 2.00 steps) costs more" in why_lines(0.9, dear_draft, totals, 2)[1]
     assert "eat the predicted gain" in why_lines(0.9, dear_draft, totals, 2)[1]
     assert "compute-bound" not in why_lines(0.9, dear_draft, totals, 2)[1]  # v = 1
+
+
+def test_a_rule_that_raises_is_one_line_naming_it(checkpoints, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
+    module = raising_rule_module(tmp_path)
+    words = decode_args(checkpoints, "--rules-module", module, "--rule", "test-half-written")
+    try:
+        assert cli.main([*words, "--no-baseline", "--quiet", "--dtype", "float32"]) == 1
+    finally:
+        rules.REGISTRY.pop("test-half-written", None)
+    assert_one_line_naming_the_rule(capsys.readouterr().err, "decode")

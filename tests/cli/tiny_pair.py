@@ -63,3 +63,37 @@ def decode_args(checkpoints, *extra):
         "2",
         *extra,
     ]
+
+
+RAISING_RULE = """
+from cactus_theory import rules
+
+
+class HalfWritten(rules.Rule):
+    name = "test-half-written"
+
+    def accept_probs(self, target_probs, draft_probs):
+        raise ZeroDivisionError("half-written acceptance")
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return target_probs
+
+
+rules.register(HalfWritten)
+"""
+
+
+def raising_rule_module(folder):
+    """A rules module whose rule ``test-half-written`` raises in ``accept_probs``."""
+    path = folder / "half_written_rules.py"
+    path.write_text(RAISING_RULE)
+    return str(path)
+
+
+def assert_one_line_naming_the_rule(error: str, command: str) -> None:
+    """The CLI's word on a rule that raised: one line naming the rule and the method."""
+    assert "Traceback" not in error, error
+    assert error.strip().splitlines()[-1] == (
+        f"cactus {command}: error: rule 'test-half-written' raised ZeroDivisionError in "
+        "accept_probs: half-written acceptance"
+    )
