@@ -11,17 +11,10 @@ from cactus_theory import divergences, law, rules, trees
 from cactus_theory.core import gamma
 from cactus_theory.core.trees import optimum
 from cactus_theory.core.trees.rules import division_factor
+from proofs_check.checks_trees import LOSSLESS as CLAIMED
 
-LOSSLESS = {
-    "walk": trees.SCHEMES,
-    "rrs": trees.SCHEMES,
-    "k-seq": (trees.WITH_REPLACEMENT,),
-    "spechub": (trees.HUB,),
-    "sglang-tree": (trees.DETERMINISTIC, trees.WITHOUT_REPLACEMENT),
-    "cactus-tree:delta=0": trees.SCHEMES,
-    "cactus-rrs:delta=0": trees.SCHEMES,
-    "lift:sps": trees.SCHEMES,
-}
+#: The lossless rules and their schemes, as the claims table holds them (optimal: below).
+LOSSLESS = {spec: schemes for spec, schemes in CLAIMED.items() if spec != "optimal"}
 
 
 @pytest.mark.parametrize("spec", list(LOSSLESS))
