@@ -58,3 +58,19 @@ def kth_largest(values, k: int):
         return values.topk(place, dim=-1).values[..., place - 1 : place]
     xp = namespace(values)
     return xp.sort(values, axis=-1, descending=True)[..., place - 1 : place]
+
+
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first [G], group [R]) for numpy rows [R, W]: the index of the first row of each
+    distinct row, in the order ``np.unique(rows, axis=0)`` sorts them, and the group of
+    every row, so that per-row work on repeated rows is done once (``work(rows[first])
+    [group]``). Rows repeated in runs, as the law engine repeats a node's row over its
+    drafted tuples, cost one comparison with their neighbour: only the first row of each
+    run is sorted."""
+    count = rows.shape[0]
+    if count == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], np.any(rows[1:] != rows[:-1], axis=-1)]))
+    _, head, where = np.unique(rows[starts], axis=0, return_index=True, return_inverse=True)
+    group = np.repeat(where.reshape(-1), np.diff(np.append(starts, count)))  # [R]
+    return starts[head], group

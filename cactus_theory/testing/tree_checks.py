@@ -8,7 +8,8 @@ scheme the rule declares, K <= 3 children) and holds the rule to:
 check                         what must hold
 ============================  =============================================================
 node-law-is-a-distribution    the enumerated node law is finite, >= 0, sums to 1; every
-                              a_i in [0, 1]; the final residual is a law where reached
+                              a_i in [0, 1]; the final residual is a law where reached;
+                              ``accepts_and_residual`` returns the two methods' values
 closed-forms-equal-enumerated the rule's closed forms (``closed_form_law``, ``..._acceptance``)
                               and the batched deterministic rows equal the enumeration
 support-only                  (declared) zeros inserted where p = q = 0 change nothing
@@ -93,6 +94,13 @@ def _law_problem(rule: TreeRule, node: trees.Node) -> str | None:
     sums = residual[reached].sum(axis=-1)
     if reached.any() and (np.any(residual[reached] < -1e-12) or np.any(np.abs(sums - 1) > 1e-9)):
         return "a final residual that rejection reaches is not a law"
+    joint_accepts, joint_residual = rule.accepts_and_residual(target, rows, tuples)
+    joint_residual = np.broadcast_to(np.asarray(joint_residual), shape)
+    if not (
+        np.allclose(np.asarray(joint_accepts), accepts, rtol=0.0, atol=1e-12)
+        and np.allclose(joint_residual, residual, rtol=0.0, atol=1e-12)
+    ):
+        return "accepts_and_residual differs from (sibling_accepts, final_residual)"
     return None
 
 
@@ -102,7 +110,7 @@ def node_law_is_a_distribution(rule, strategies, examples, seed) -> CheckResult:
         nodes(strategies, rule.schemes),
         lambda node: _law_problem(rule, node),
         ("node",),
-        "finite, >= 0, sums to 1; a_i in [0, 1]; residuals are laws",
+        "finite, >= 0, sums to 1; a_i in [0, 1]; residuals are laws; accepts_and_residual agrees",
         examples,
         seed,
     )

@@ -53,6 +53,38 @@ def test_a_wrong_declaration_and_a_broken_method_fail_with_counterexamples():
     assert not budget.passed and "kl of the node law" in budget.failures[0].detail
 
 
+class JointDisagrees(trees.Walk):
+    """Its one-call shortcut halves the acceptances its own sibling_accepts returns."""
+
+    name = "test-joint-disagrees"
+
+    def accepts_and_residual(self, target_probs, proposals, children):
+        accepts, residual = super().accepts_and_residual(target_probs, proposals, children)
+        return 0.5 * accepts, residual
+
+
+def test_a_shortcut_that_disagrees_with_the_two_methods_is_caught():
+    report = check_rule(JointDisagrees(), examples=20, only=["node-law-is-a-distribution"])
+    assert not report.passed
+    assert "accepts_and_residual differs" in report.failures[0].detail
+
+
+def test_a_subclass_redefining_one_method_does_not_inherit_the_shortcut():
+    """ClaimsLossless redefines both methods of the walk, whose accepts_and_residual walks
+    the siblings once: the subclass gets the default (both of its own methods)."""
+    node = trees.Node(target=[0.5, 0.3, 0.2], draft=[0.2, 0.5, 0.3], children=[1, 2])
+    target, rows = (
+        node.target[None],
+        trees.proposals(node.draft[None], np.array([[1, 2]]), "deterministic"),
+    )
+    rule = ClaimsLossless()
+    accepts, residual = rule.accepts_and_residual(target, rows, np.array([[1, 2]]))
+    np.testing.assert_array_equal(accepts, rule.sibling_accepts(target, rows, np.array([[1, 2]])))
+    np.testing.assert_array_equal(residual, target)
+    assert trees.Walk.accepts_and_residual is not trees.TreeRule.accepts_and_residual
+    assert ClaimsLossless.accepts_and_residual is trees.TreeRule.accepts_and_residual
+
+
 class InheritsLosslessClosedForm(trees.Walk):
     """A lossy walk that keeps the walk's closed form (the law q): the kit must say so."""
 

@@ -11,7 +11,8 @@
 - ``registry``: ``register``, ``make``, ``parse``, ``names``, ``spec_of`` (the chain rules'
   registry with a kind of its own: the same plug-ins and specs);
 - ``law``: the exact node law and acceptance by enumeration over drafted tuples
-  (``node_law``, ``node_acceptance``, ``node_divergence``, ``node_law_rows``);
+  (``node_law``, ``node_acceptance``, ``node_divergence``, ``node_law_rows``,
+  ``enumerate_nodes``);
 - ``sample``: the numpy node sampler from uniforms (``sample_node``, ``verify_node``);
 - ``optimum``: the lossless optimum α* (``optimal_acceptance``: cut, sort or lp);
 - ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``);
@@ -59,6 +60,7 @@ from cactus_theory.core.trees.law import (  # noqa: E402
     closed_form,
     drafted_tuples,
     enumerate_node,
+    enumerate_nodes,
     node_acceptance,
     node_divergence,
     node_law,
@@ -135,6 +137,7 @@ __all__ = [
     "frontier_acceptance",
     "frontier_rows",
     "enumerate_node",
+    "enumerate_nodes",
     "hub_token",
     "lexicographic_base",
     "lift",

@@ -258,6 +258,16 @@ class TreeRule(ABC):
     support_only: ClassVar[bool] = False
     tunable: ClassVar[Tunable | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that redefines ``sibling_accepts`` or ``final_residual`` but not
+        ``accepts_and_residual`` gets the default one (both methods called), so a shared
+        shortcut inherited from its parent never bypasses what it redefined."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        redefined = "sibling_accepts" in own or "final_residual" in own
+        if redefined and "accepts_and_residual" not in own:
+            cls.accepts_and_residual = TreeRule.accepts_and_residual  # type: ignore[method-assign]
+
     def params(self) -> dict[str, Any]:
         """The rule's parameters, as accepted by ``trees.make(name, **params)``."""
         return {}
@@ -290,6 +300,19 @@ class TreeRule(ABC):
         """[..., V]: the law emitted when every child is rejected (a law wherever that
         event has positive probability)."""
 
+    def accepts_and_residual(
+        self, target_probs: Array, proposals: Array, children: Array
+    ) -> tuple[Array, Array]:
+        """(``sibling_accepts``, ``final_residual``) of the same rows in one call, which is
+        what the law engine and the sampler ask for. The default calls the two methods; a
+        rule whose two methods share their work (a walk over the siblings, a division
+        factor, a flow) overrides it to do that work once. It must return exactly what
+        the two methods return (``cactus_theory.testing`` checks it)."""
+        return (
+            self.sibling_accepts(target_probs, proposals, children),
+            self.final_residual(target_probs, proposals, children),
+        )
+
     def with_params(self, **changes: Any) -> TreeRule:
         """The same rule with some parameters changed, e.g. ``rule.with_params(delta=0.1)``."""
         unknown = sorted(set(changes) - set(self.params()))
@@ -315,8 +338,8 @@ def conditional_law(rule: TreeRule, target_probs: Array, proposal_rows: Array, c
     """[..., V]: e(· | x) = Σ_i P_i e_{x_i} + P(reject all) r, for drafted tuples ``children``
     [..., K] with proposals [..., K, V] (no validation; array API)."""
     xp = namespace(target_probs)
-    ends = end_probs(rule.sibling_accepts(target_probs, proposal_rows, children))  # [..., K+1]
+    accepts, residual = rule.accepts_and_residual(target_probs, proposal_rows, children)
+    ends = end_probs(accepts)  # [..., K+1]
     vocab = target_probs.shape[-1]
     accepted = xp.sum(ends[..., :-1, None] * one_hot(children, vocab, like=target_probs), axis=-2)
-    residual = rule.final_residual(target_probs, proposal_rows, children)  # [..., V]
     return accepted + ends[..., -1:] * residual

@@ -15,17 +15,20 @@ pairs (x, a), (a, x) around the hub a (SpecHub). They are evaluated in batches o
 methods. A rule declaring ``support_only`` is evaluated on rows packed to the tokens where
 q or p is positive (and the children), which changes nothing for it and makes V small.
 
-``node_law_rows`` computes the same for many deterministic nodes at once (one tuple per
-row), which is what real pools with top-K children need. ``closed_form`` uses a rule's
-closed forms (``TreeRule.closed_form_law`` / ``closed_form_acceptance``) where it declares
-them, for vocabularies where enumeration is impossible; ``cactus_theory.testing`` holds
-them to the enumeration.
+``enumerate_nodes`` gives the same numbers for many nodes, stacking the tuples of nodes of
+one shape into one call of the rule's methods (what the claims check over thousands of
+small random nodes needs). ``node_law_rows`` computes the same for many deterministic nodes
+at once (one tuple per row), which is what real pools with top-K children need.
+``closed_form`` uses a rule's closed forms (``TreeRule.closed_form_law`` /
+``closed_form_acceptance``) where it declares them, for vocabularies where enumeration is
+impossible; ``cactus_theory.testing`` holds them to the enumeration.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +51,9 @@ Array = np.ndarray
 
 #: (tuple, child, token) entries evaluated per call of the rule's methods.
 CHUNK_ELEMENTS = 1 << 21
+#: Nodes evaluated per call of the rule's methods (``enumerate_nodes``): a rule may keep
+#: per-node state for the rows of one call (the optimal verifier's flows).
+CHUNK_NODES = 256
 #: The most drafted tuples a node may be enumerated over (larger nodes: closed forms).
 MAX_TUPLES = 4_000_000
 
@@ -160,33 +166,96 @@ def _packed(rule: TreeRule, node: Node) -> tuple[Node, Array | None]:
 
 def enumerate_node(rule: TreeRule | str, node: Node) -> NodeLaw:
     """The exact ``NodeLaw`` of ``rule`` at ``node`` by enumeration (module docstring)."""
+    return enumerate_nodes(rule, [node])[0]
+
+
+def enumerate_nodes(rule: TreeRule | str, nodes: Sequence[Node]) -> list[NodeLaw]:
+    """``[enumerate_node(rule, node) for node in nodes]``, the same numbers, in far fewer
+    calls of the rule's methods: nodes of one shape (V after packing, K, scheme) have
+    their drafted tuples stacked, ``CHUNK_ELEMENTS`` entries (and at most ``CHUNK_NODES``
+    nodes) per call. The rule's methods act row by row, and each node's sums are taken
+    over its own tuples in the order and pieces ``enumerate_node`` uses (a node with more
+    tuples than a chunk holds is split exactly as it would be alone)."""
     rule = as_tree_rule(rule)
-    if not isinstance(node, Node):
-        raise ValueError(f"node: expected a trees.Node, got {type(node).__name__}")
-    check_scheme(rule, node.scheme)
-    packed, ids = _packed(rule, node)
-    tuples = drafted_tuples(packed)
-    vocab, width = packed.vocab_size, packed.k
-    accepted = np.zeros(vocab)
-    rejected = np.zeros(vocab)
-    ends = np.zeros(width + 1)
-    per_chunk = max(1, CHUNK_ELEMENTS // (width * vocab))
-    for start in range(0, tuples.shape[0], per_chunk):
-        children = tuples[start : start + per_chunk]  # [T, K]
-        count = children.shape[0]
-        target = np.broadcast_to(packed.target, (count, vocab))
-        draft = np.broadcast_to(packed.draft, (count, vocab))
-        rows = proposals(draft, children, packed.scheme)  # [T, K, V]
-        chance = np.prod(np.take_along_axis(rows, children[..., None], -1)[..., 0], axis=-1)
-        accepts = np.asarray(rule.sibling_accepts(target, rows, children), dtype=np.float64)
-        residual = np.asarray(rule.final_residual(target, rows, children), dtype=np.float64)
-        outcome = end_probs(accepts)  # [T, K+1]
-        ends += chance @ outcome
-        np.add.at(accepted, children.reshape(-1), (chance[:, None] * outcome[:, :-1]).reshape(-1))
-        rejected += (chance * outcome[:, -1]) @ _normalised(np.broadcast_to(residual, target.shape))
-    if ids is not None:
-        accepted, rejected = (_unpack(a, ids, node.vocab_size) for a in (accepted, rejected))
-    return NodeLaw(accepted + rejected, accepted, float(1.0 - ends[-1]), ends, int(tuples.shape[0]))
+    nodes = list(nodes)
+    for node in nodes:
+        if not isinstance(node, Node):
+            raise ValueError(f"node: expected a trees.Node, got {type(node).__name__}")
+        check_scheme(rule, node.scheme)
+    packed = [_packed(rule, node) for node in nodes]
+    sums = [_Sums(small) for small, _ in packed]
+    shapes: dict[tuple[int, int, str], list[int]] = {}
+    for index, (small, _) in enumerate(packed):
+        shapes.setdefault((small.vocab_size, small.k, small.scheme), []).append(index)
+    for (vocab, width, scheme), members in shapes.items():
+        for pieces in _chunks(members, sums, max(1, CHUNK_ELEMENTS // (width * vocab))):
+            _add_chunk(rule, scheme, [(sums[index], start, stop) for index, start, stop in pieces])
+    laws = []
+    for node, (_, ids), total in zip(nodes, packed, sums, strict=True):
+        accepted, rejected = total.accepted, total.rejected
+        if ids is not None:
+            accepted, rejected = (_unpack(a, ids, node.vocab_size) for a in (accepted, rejected))
+        acceptance = float(1.0 - total.ends[-1])
+        laws.append(NodeLaw(accepted + rejected, accepted, acceptance, total.ends, total.count))
+    return laws
+
+
+class _Sums:
+    """One node's drafted tuples and the sums over them: ``ends`` [K+1] (Σ_x P(x) P(end
+    at i | x)), ``accepted`` [V] and ``rejected`` [V] (the two parts of the law)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.tuples = drafted_tuples(node)  # [T, K]
+        self.count = int(self.tuples.shape[0])
+        self.ends = np.zeros(node.k + 1)
+        self.accepted = np.zeros(node.vocab_size)
+        self.rejected = np.zeros(node.vocab_size)
+
+
+def _chunks(members: list[int], sums: list[_Sums], per_chunk: int):
+    """Lists of (node index, first tuple, end tuple): each node cut into pieces of
+    ``per_chunk`` tuples (as ``enumerate_node`` cuts it), pieces packed whole into chunks
+    of at most ``per_chunk`` tuples and ``CHUNK_NODES`` pieces."""
+    chunk: list[tuple[int, int, int]] = []
+    size = 0
+    for index in members:
+        for start in range(0, sums[index].count, per_chunk):
+            stop = min(start + per_chunk, sums[index].count)
+            if chunk and (size + stop - start > per_chunk or len(chunk) >= CHUNK_NODES):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append((index, start, stop))
+            size += stop - start
+    if chunk:
+        yield chunk
+
+
+def _add_chunk(rule: TreeRule, scheme: str, pieces: list[tuple[_Sums, int, int]]) -> None:
+    """Evaluate the rule once on the stacked tuples of ``pieces`` and add each piece's
+    sums to its node (``ends += P @ outcome``, accepted mass at each drafted child in
+    tuple order, ``rejected += (P · P(reject all)) @ residual``)."""
+    children = np.concatenate([total.tuples[start:stop] for total, start, stop in pieces])
+    lengths = [stop - start for _, start, stop in pieces]
+    owner = np.repeat(np.arange(len(pieces)), lengths)  # [T] piece of each tuple
+    target = np.stack([total.node.target for total, _, _ in pieces])[owner]  # [T, V]
+    draft = np.stack([total.node.draft for total, _, _ in pieces])[owner]  # [T, V]
+    rows = proposals(draft, children, scheme)  # [T, K, V]
+    chance = np.prod(np.take_along_axis(rows, children[..., None], -1)[..., 0], axis=-1)
+    accepts, residual = rule.accepts_and_residual(target, rows, children)
+    accepts = np.asarray(accepts, dtype=np.float64)  # [T, K]
+    residual = np.asarray(residual, dtype=np.float64)  # [T, V]
+    outcome = end_probs(accepts)  # [T, K+1]
+    at_children = chance[:, None] * outcome[:, :-1]  # [T, K]
+    rejected = chance * outcome[:, -1]  # [T]
+    spread = _normalised(np.broadcast_to(residual, target.shape))  # [T, V]
+    first = 0
+    for (total, _, _), length in zip(pieces, lengths, strict=True):
+        part = slice(first, first + length)
+        total.ends += chance[part] @ outcome[part]
+        np.add.at(total.accepted, children[part].reshape(-1), at_children[part].reshape(-1))
+        total.rejected += rejected[part] @ spread[part]
+        first += length
 
 
 def _normalised(rows: Array) -> Array:
@@ -236,8 +305,9 @@ def node_law_rows(
         rows = slice(start, start + per_chunk)
         ids = children[rows]
         hot = proposals(draft[rows], ids, DETERMINISTIC)
-        accepts = np.asarray(rule.sibling_accepts(target[rows], hot, ids), dtype=np.float64)
-        residual = np.asarray(rule.final_residual(target[rows], hot, ids), dtype=np.float64)
+        accepts, residual = rule.accepts_and_residual(target[rows], hot, ids)
+        accepts = np.asarray(accepts, dtype=np.float64)
+        residual = np.asarray(residual, dtype=np.float64)
         outcome = end_probs(accepts)
         part = outcome[:, -1:] * _normalised(np.broadcast_to(residual, target[rows].shape))
         np.add.at(part, (np.arange(ids.shape[0])[:, None], ids), outcome[:, :-1])

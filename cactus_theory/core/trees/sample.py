@@ -83,9 +83,9 @@ def verify_node(
     shape = ids.shape[:-1] + (node.vocab_size,)
     target = np.broadcast_to(node.target, shape)
     rows = proposals(np.broadcast_to(node.draft, shape), ids, node.scheme)
-    accepts = np.asarray(rule.sibling_accepts(target, rows, ids), dtype=np.float64)
-    outcome = decide(accepts, accept_u)  # [...] in 0..K
-    residual = np.broadcast_to(np.asarray(rule.final_residual(target, rows, ids)), shape)
+    accepts, residual = rule.accepts_and_residual(target, rows, ids)
+    outcome = decide(np.asarray(accepts, dtype=np.float64), accept_u)  # [...] in 0..K
+    residual = np.broadcast_to(np.asarray(residual), shape)
     drawn = inverse_cdf(residual, sample_u)
     picked = np.take_along_axis(ids, np.minimum(outcome, node.k - 1)[..., None], -1)[..., 0]
     return outcome, np.where(outcome < node.k, picked, drawn)

@@ -126,6 +126,10 @@ class CactusTree(_Tilted):
         hot = one_hot_proposals(children, target_probs)
         return sibling_walk(_SPS, self.tilt(target_probs, children), hot, children)[1]
 
+    def accepts_and_residual(self, target_probs, proposals, children):
+        hot = one_hot_proposals(children, target_probs)
+        return sibling_walk(_SPS, self.tilt(target_probs, children), hot, children)
+
 
 class CactusRRS(_Tilted):
     """Recursive rejection sampling against the tilt e toward the children (module
@@ -138,3 +142,6 @@ class CactusRRS(_Tilted):
 
     def final_residual(self, target_probs, proposals, children):
         return sibling_walk(_SPS, self.tilt(target_probs, children), proposals, children)[1]
+
+    def accepts_and_residual(self, target_probs, proposals, children):
+        return sibling_walk(_SPS, self.tilt(target_probs, children), proposals, children)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cactus_theory.core.arrays import is_numpy
+from cactus_theory.core.arrays import distinct_rows, is_numpy
 from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, WITH_REPLACEMENT, TreeRule
 from cactus_theory.core.trees.law import scheme_tuples, tuple_probabilities
 from cactus_theory.core.trees.optimum import Flow, _token_sets, optimal_flow, sorted_optimum
@@ -87,10 +87,9 @@ class OptimalVerifier(TreeRule):
         ids = children.reshape(-1, width)
         ends = np.zeros((ids.shape[0], width + 1))
         residual = np.zeros_like(target)
-        keys = np.concatenate([target, draft], axis=-1)
-        unique, where = np.unique(keys, axis=0, return_inverse=True)
-        for group in range(unique.shape[0]):
-            rows = np.flatnonzero(where.reshape(-1) == group)
+        _, group = distinct_rows(np.concatenate([target, draft], axis=-1))
+        order = np.argsort(group, kind="stable")
+        for rows in np.split(order, np.cumsum(np.bincount(group))[:-1]):
             found = self.flow(target[rows[0]].copy(), draft[rows[0]].copy(), width)
             index = np.searchsorted(found.sets, _token_sets(ids[rows], found.tokens))
             chance = found.chance[index][:, None]  # [r, 1] P(S); 0 for a tuple never drafted
@@ -106,20 +105,23 @@ class OptimalVerifier(TreeRule):
         return ends, residual
 
     def sibling_accepts(self, target_probs, proposals, children):
+        return self.accepts_and_residual(target_probs, proposals, children)[0]
+
+    def final_residual(self, target_probs, proposals, children):
+        return self.accepts_and_residual(target_probs, proposals, children)[1]
+
+    def accepts_and_residual(self, target_probs, proposals, children):
         if self.scheme == DETERMINISTIC:
-            return _WALK.sibling_accepts(target_probs, proposals, children)
-        ends, _ = self._rows(target_probs, proposals, children)
+            return _WALK.accepts_and_residual(target_probs, proposals, children)
+        ends, residual = self._rows(target_probs, proposals, children)
         before = 1.0 - np.concatenate(
             [np.zeros((ends.shape[0], 1)), np.cumsum(ends[:, :-2], axis=-1)], axis=-1
         )  # [R, K] P(reach child i)
         accepts = np.where(before > 0, ends[:, :-1] / np.where(before > 0, before, 1.0), 0.0)
-        return np.clip(accepts, 0.0, 1.0).reshape(children.shape)
-
-    def final_residual(self, target_probs, proposals, children):
-        if self.scheme == DETERMINISTIC:
-            return _WALK.final_residual(target_probs, proposals, children)
-        _, residual = self._rows(target_probs, proposals, children)
-        return residual.reshape(children.shape[:-1] + (target_probs.shape[-1],))
+        return (
+            np.clip(accepts, 0.0, 1.0).reshape(children.shape),
+            residual.reshape(children.shape[:-1] + (target_probs.shape[-1],)),
+        )
 
     def closed_form_law(self, target_probs, draft_probs, width, scheme):
         return target_probs

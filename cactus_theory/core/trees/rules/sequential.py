@@ -82,6 +82,9 @@ class RecursiveRejection(TreeRule):
     def final_residual(self, target_probs, proposals, children):
         return sibling_walk(_SPS, target_probs, proposals, children)[1]
 
+    def accepts_and_residual(self, target_probs, proposals, children):
+        return sibling_walk(_SPS, target_probs, proposals, children)
+
     def closed_form_law(self, target_probs, draft_probs, width, scheme):
         return target_probs  # lossless
 
@@ -123,6 +126,10 @@ class Walk(TreeRule):
     def final_residual(self, target_probs, proposals, children):
         hot = one_hot_proposals(children, target_probs)
         return sibling_walk(_SPS, target_probs, hot, children)[1]
+
+    def accepts_and_residual(self, target_probs, proposals, children):
+        hot = one_hot_proposals(children, target_probs)
+        return sibling_walk(_SPS, target_probs, hot, children)
 
     def closed_form_law(self, target_probs, draft_probs, width, scheme):
         return target_probs  # lossless for any children
@@ -178,6 +185,9 @@ class LiftedRule(TreeRule):
 
     def final_residual(self, target_probs, proposals, children):
         return sibling_walk(self.chain, target_probs, proposals, children)[1]
+
+    def accepts_and_residual(self, target_probs, proposals, children):
+        return sibling_walk(self.chain, target_probs, proposals, children)
 
 
 def lift(rule: Rule | str) -> LiftedRule:

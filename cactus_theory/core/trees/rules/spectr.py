@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cactus_theory.core.arrays import namespace
+from cactus_theory.core.arrays import distinct_rows, is_numpy, namespace
 from cactus_theory.core.rules.base import gsps_accept
 from cactus_theory.core.trees.base import WITH_REPLACEMENT, TreeRule
 
@@ -69,25 +69,20 @@ class KSeq(TreeRule):
     support_only: ClassVar[bool] = True
 
     def sibling_accepts(self, target_probs, proposals, children):
-        draft = proposals[..., 0, :]  # [..., V] p
-        rho = division_factor(target_probs, draft, children.shape[-1])
-        xp = namespace(target_probs)
-        return xp.take_along_axis(gsps_accept(target_probs / rho, draft), children, axis=-1)
+        draft, rho = _factors(target_probs, proposals, children.shape[-1])
+        return _accepts(target_probs, draft, rho, children)
 
     def final_residual(self, target_probs, proposals, children):
-        xp = namespace(target_probs)
-        draft, width = proposals[..., 0, :], children.shape[-1]
-        rho = division_factor(target_probs, draft, width)
-        beta = overlap(target_probs, draft, rho)[..., None]
-        positive = beta > 0
-        safe = xp.where(positive, beta, xp.ones_like(beta))
-        gain = xp.where(positive, (1.0 - (1.0 - beta) ** width) / safe, xp.zeros_like(beta))
-        excess = target_probs - xp.minimum(target_probs / rho, draft) * gain
-        excess = xp.maximum(excess, xp.zeros_like(excess))
-        mass = xp.sum(excess, axis=-1, keepdims=True)
-        has_mass = mass > 0
-        safe_mass = xp.where(has_mass, mass, xp.ones_like(mass))
-        return xp.where(has_mass, excess / safe_mass, target_probs)
+        draft, rho = _factors(target_probs, proposals, children.shape[-1])
+        return _residual(target_probs, draft, rho, children.shape[-1])
+
+    def accepts_and_residual(self, target_probs, proposals, children):
+        width = children.shape[-1]
+        draft, rho = _factors(target_probs, proposals, width)
+        return (
+            _accepts(target_probs, draft, rho, children),
+            _residual(target_probs, draft, rho, width),
+        )
 
     def closed_form_law(self, target_probs, draft_probs, width, scheme):
         return target_probs
@@ -95,3 +90,39 @@ class KSeq(TreeRule):
     def closed_form_acceptance(self, target_probs, draft_probs, width, scheme):
         rho = division_factor(target_probs, draft_probs, width)
         return 1.0 - (1.0 - overlap(target_probs, draft_probs, rho)) ** width
+
+
+def _factors(target_probs: Array, proposals: Array, width: int) -> tuple[Array, Array]:
+    """(p [..., V], ρ* [..., 1]) of rows whose proposals [..., K, V] are all p. On numpy
+    rows ρ* is solved once per distinct (q, p) row (the law engine repeats a node's row
+    over all its drafted tuples) and spread back: the same bisection, row by row."""
+    draft = proposals[..., 0, :]  # [..., V] p
+    if not (is_numpy(target_probs) and is_numpy(draft)) or target_probs.ndim < 2:
+        return draft, division_factor(target_probs, draft, width)
+    vocab = target_probs.shape[-1]
+    target_rows = np.broadcast_to(target_probs, draft.shape).reshape(-1, vocab)
+    draft_rows = draft.reshape(-1, vocab)
+    first, group = distinct_rows(np.concatenate([target_rows, draft_rows], axis=-1))
+    rho = division_factor(target_rows[first], draft_rows[first], width)[group]
+    return draft, rho.reshape(draft.shape[:-1] + (1,))
+
+
+def _accepts(target_probs: Array, draft: Array, rho: Array, children: Array) -> Array:
+    """[..., K]: a_i = min(1, q(x_i) / (ρ p(x_i)))."""
+    xp = namespace(target_probs)
+    return xp.take_along_axis(gsps_accept(target_probs / rho, draft), children, axis=-1)
+
+
+def _residual(target_probs: Array, draft: Array, rho: Array, width: int) -> Array:
+    """[..., V]: r ∝ q − min(q/ρ, p) (1 − (1 − β)^K)/β (module docstring)."""
+    xp = namespace(target_probs)
+    beta = overlap(target_probs, draft, rho)[..., None]
+    positive = beta > 0
+    safe = xp.where(positive, beta, xp.ones_like(beta))
+    gain = xp.where(positive, (1.0 - (1.0 - beta) ** width) / safe, xp.zeros_like(beta))
+    excess = target_probs - xp.minimum(target_probs / rho, draft) * gain
+    excess = xp.maximum(excess, xp.zeros_like(excess))
+    mass = xp.sum(excess, axis=-1, keepdims=True)
+    has_mass = mass > 0
+    safe_mass = xp.where(has_mass, mass, xp.ones_like(mass))
+    return xp.where(has_mass, excess / safe_mass, target_probs)
