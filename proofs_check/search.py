@@ -8,7 +8,9 @@ reachable):
 1. evaluate the objective on random instances from every family (``instances``) and keep
    the best as seeds;
 2. run ``scipy.optimize.differential_evolution`` (vectorised, population seeded with them);
-3. polish the best few points with Nelder–Mead (a multi-start local search).
+3. polish the best few points with Nelder–Mead (a multi-start local search: scipy's
+   Nelder–Mead from each start, the starts run side by side so that each round's points
+   are evaluated in one call, ``neldermead``).
 
 Every evaluation counts as one instance. The result is a lower bound on the supremum: a
 found value is attained by the returned pair.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from proofs_check import instances
+from proofs_check import instances, neldermead
 
 Array = np.ndarray
 Objective = Callable[[Array, Array], Array]
@@ -86,7 +88,11 @@ class _PairTracker:
     def negative(self, points: Array) -> Array:
         """−objective at logit points [2V, S] (differential_evolution's layout), +inf where
         it is not finite."""
-        target, draft = _pairs_from_logits(points.T, self.vocab_size)
+        return self.negative_rows(points.T)
+
+    def negative_rows(self, rows: Array) -> Array:
+        """−objective at logit points [S, 2V] (one per row), +inf where it is not finite."""
+        target, draft = _pairs_from_logits(rows, self.vocab_size)
         found = self.consider(target, draft)
         return np.where(np.isfinite(found), -found, np.inf)
 
@@ -124,16 +130,13 @@ def maximise_over_pairs(
     else:
         starts = list(init[:polish_starts])
 
-    def negative_one(point: Array) -> float:
-        return float(tracker.negative(np.clip(point, -LOGIT_BOUND, LOGIT_BOUND)[:, None])[0])
-
-    for start in starts[:polish_starts]:
-        optimize.minimize(
-            negative_one,
-            start,
-            method="Nelder-Mead",
-            options={"maxfev": polish_evaluations, "xatol": 1e-12, "fatol": 1e-15},
-        )
+    neldermead.minimise_side_by_side(
+        lambda points: tracker.negative_rows(np.clip(points, -LOGIT_BOUND, LOGIT_BOUND)),
+        starts[:polish_starts],
+        maxfev=polish_evaluations,
+        xatol=1e-12,
+        fatol=1e-15,
+    )
     tracker.best.evaluations = tracker.evaluations
     return tracker.best
 
@@ -181,8 +184,8 @@ def maximise_scalar(
 ) -> tuple[float, Array, int]:
     """Maximise a vectorised ``objective(points [N, d]) -> [N]`` over a box.
 
-    Random points first, then Nelder–Mead from the best ``polish_starts`` of them.
-    Returns (best value, best point, evaluations).
+    Random points first, then Nelder–Mead from the best ``polish_starts`` of them (side by
+    side, ``neldermead``). Returns (best value, best point, evaluations).
     """
     low = np.array([edge[0] for edge in bounds])
     high = np.array([edge[1] for edge in bounds])
@@ -192,20 +195,21 @@ def maximise_scalar(
     order = np.argsort(-values)
     best_value, best_point = float(values[order[0]]), points[order[0]].copy()
 
-    def negative(point: Array) -> float:
+    def negative(polished: Array) -> Array:
         nonlocal evaluations, best_value, best_point
-        clipped = np.clip(point, low, high)
-        value = float(_safe(np.asarray(objective(clipped[None]), dtype=np.float64))[0])
-        evaluations += 1
-        if value > best_value:
-            best_value, best_point = value, clipped.copy()
-        return -value if np.isfinite(value) else np.inf
+        clipped = np.clip(polished, low, high)  # [S, d]
+        found = _safe(np.asarray(objective(clipped), dtype=np.float64))
+        evaluations += found.size
+        for index in range(found.size):  # in order: the first of equal values is kept
+            if found[index] > best_value:
+                best_value, best_point = float(found[index]), clipped[index].copy()
+        return np.where(np.isfinite(found), -found, np.inf)
 
-    for index in order[:polish_starts]:
-        optimize.minimize(
-            negative,
-            points[index],
-            method="Nelder-Mead",
-            options={"maxfev": polish_evaluations, "xatol": 1e-13, "fatol": 1e-16},
-        )
+    neldermead.minimise_side_by_side(
+        negative,
+        [points[index] for index in order[:polish_starts]],
+        maxfev=polish_evaluations,
+        xatol=1e-13,
+        fatol=1e-16,
+    )
     return best_value, best_point, evaluations
