@@ -190,15 +190,39 @@ class _BranchTally:
         self.inaccurate = 0
 
 
-def _tally_ours(tally: _BranchTally, batch, tokens: Array, delta: float, divergence: str):
-    """Our γ* against bisection, and our branch h within δ on full rows; (q_n, our γ*,
-    bisection γ*) [N] for the cvxpy comparison."""
-    rows = np.arange(batch.target.shape[0])
+class _Chunk:
+    """One chunk of the per-branch check: its rows, drafted tokens and budget, cvxpy's
+    solutions (``_cvxpy_branches``) and the divergence each cvxpy point spends."""
+
+    def __init__(self, batch, tokens: Array, delta: float, found, divergence: str) -> None:
+        self.batch, self.tokens, self.delta, self.found = batch, tokens, delta, found
+        self.q_n = batch.target[np.arange(batch.target.shape[0]), tokens]
+        self.spent = None
+        if found is not None:
+            solved, _, _, points = found
+            with np.errstate(divide="ignore", invalid="ignore"):
+                spent = divergences.rows(divergence, points, batch.target[solved])
+            self.spent = np.maximum(spent, 0.0)
+
+
+def _bisected(parts: list[tuple[Array, Array]], divergence: str) -> list[Array]:
+    """``reference.bisect_raised_mass`` of every (q_n, δ) part, in one call over all of
+    them (each entry is bisected on its own: the same numbers as part by part)."""
+    if not parts:
+        return []
+    masses = np.concatenate([mass for mass, _ in parts])
+    budgets = np.concatenate([np.broadcast_to(budget, mass.shape) for mass, budget in parts])
+    found = reference.bisect_raised_mass(masses, budgets, divergence)
+    return np.split(found, np.cumsum([mass.size for mass, _ in parts])[:-1])
+
+
+def _tally_ours(tally: _BranchTally, chunk: _Chunk, exact: Array, divergence: str) -> Array:
+    """Our γ* against bisection (``exact``), and our branch h within δ on full rows;
+    returns our γ* [N] for the cvxpy comparison."""
+    batch, tokens, delta, q_n = chunk.batch, chunk.tokens, chunk.delta, chunk.q_n
     vocab_size = batch.target.shape[1]
-    q_n = batch.target[rows, tokens]
     rule = rules.make("cactus-exact", delta=delta, divergence=divergence)
     ours = rule.raised_mass(q_n)
-    exact = reference.bisect_raised_mass(q_n, delta, divergence)
     error = np.abs(ours - exact)
     tally.exactness.update(
         error,
@@ -219,7 +243,7 @@ def _tally_ours(tally: _BranchTally, batch, tokens: Array, delta: float, diverge
             t[i], token=n[i], delta=dl, divergence_value=v[i]
         ),
     )
-    return q_n, ours, exact
+    return ours
 
 
 def _cvxpy_branches(tally: _BranchTally, batch, tokens: Array, delta: float, divergence, bar):
@@ -245,16 +269,18 @@ def _cvxpy_branches(tally: _BranchTally, batch, tokens: Array, delta: float, div
     return np.array(solved), np.array(accurate), np.array(values), np.stack(points)
 
 
-def _tally_cvxpy(tally: _BranchTally, batch, tokens, delta, divergence, ours, exact, q_n, found):
-    """Each cvxpy point against the exact γ* at the divergence it spends (``COMPARISON``)."""
-    solved, accurate, values, points = found
+def _tally_cvxpy(
+    tally: _BranchTally, chunk: _Chunk, divergence: str, ours: Array, exact: Array, best: Array
+) -> None:
+    """Each cvxpy point against the exact γ* at the divergence it spends (``best``, by
+    bisection; ``COMPARISON``)."""
+    solved, accurate, values, points = chunk.found
+    batch, tokens, delta = chunk.batch, chunk.tokens, chunk.delta
+    q_n, spent = chunk.q_n, chunk.spent
     vocab_size = batch.target.shape[1]
     tally.inaccurate += int(np.sum(~accurate))
     target = batch.target[solved]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spent = np.maximum(divergences.rows(divergence, points, target), 0.0)
     tally.over_budget += int(np.sum(spent > delta * (1 + CERTIFICATE_SLACK) + 1e-15))
-    best = reference.bisect_raised_mass(q_n[solved], spent, divergence)
     raised = points[np.arange(solved.size), tokens[solved]]
     tally.raw = max(tally.raw, float(np.max(np.abs(ours[solved] - values))))
 
@@ -278,19 +304,27 @@ def _tally_cvxpy(tally: _BranchTally, batch, tokens, delta, divergence, ours, ex
 
 
 def _check_branch(context: Context, divergence: str) -> dict:
-    """Thm 2 and our γ* against cvxpy's per-branch optimum (see ``COMPARISON``)."""
+    """Thm 2 and our γ* against cvxpy's per-branch optimum (see ``COMPARISON``). cvxpy
+    solves chunk by chunk; the bisections of every chunk then run in two calls
+    (``_bisected``) and the tallies take the chunks in order."""
     total = context.count(25, 10_000)
     rng, stream = _instances(context, f"branch-{divergence}", total)
     tally = _BranchTally()
+    chunks = []
     with context.bar(total, f"per-branch {divergence}") as bar:
         for batch in stream:
             delta = float(batch.delta[0])
             tokens = rng.integers(batch.target.shape[1], size=batch.target.shape[0])
             tokens[::4] = 0  # the adversarial family places its special mass at index 0
-            q_n, ours, exact = _tally_ours(tally, batch, tokens, delta, divergence)
             found = _cvxpy_branches(tally, batch, tokens, delta, divergence, bar)
-            if found is not None:
-                _tally_cvxpy(tally, batch, tokens, delta, divergence, ours, exact, q_n, found)
+            chunks.append(_Chunk(batch, tokens, delta, found, divergence))
+    exact = _bisected([(chunk.q_n, np.asarray(chunk.delta)) for chunk in chunks], divergence)
+    solved = [chunk for chunk in chunks if chunk.found is not None]
+    best = iter(_bisected([(c.q_n[c.found[0]], c.spent) for c in solved], divergence))
+    for chunk, exact_n in zip(chunks, exact, strict=True):
+        ours = _tally_ours(tally, chunk, exact_n, divergence)
+        if chunk.found is not None:
+            _tally_cvxpy(tally, chunk, divergence, ours, exact_n, next(best))
     return {"rows": _branch_rows(tally, divergence)}
 
 

@@ -1,6 +1,6 @@
-"""Claims about multi-draft (tree) verification, on exact node laws (``trees.enumerate_node``:
-enumeration over the drafted tuples) and the optimum and frontier (``trees.optimum``,
-``trees.frontier``; cvxpy in ``trees_lp``).
+"""Claims about multi-draft (tree) verification, on exact node laws (``trees.enumerate_nodes``:
+enumeration over the drafted tuples, many nodes per call) and the optimum (``trees.optimum``;
+cvxpy in ``trees_lp``); the frontier's claims are in ``checks_trees_frontier``.
 
 Nodes (``random_nodes``): the instance families of ``instances`` for the rows, V in 2..16,
 K in 1..4, every drafting scheme; a node whose enumeration would exceed ``MAX_TUPLES``
@@ -19,7 +19,6 @@ from proofs_check.claims import (
     ROUNDING,
     Context,
     Worst,
-    budget_tolerance,
     instance_dict,
     row,
 )
@@ -95,39 +94,81 @@ def random_nodes(
         yield node
 
 
+def same_shape(nodes: list[trees.Node]) -> dict[tuple[int, int], list[int]]:
+    """{(V, K): the indices of the nodes of that shape}, in node order."""
+    shapes: dict[tuple[int, int], list[int]] = {}
+    for index, node in enumerate(nodes):
+        shapes.setdefault((node.vocab_size, node.k), []).append(index)
+    return shapes
+
+
 def node_dict(node: trees.Node, **numbers) -> dict:
     """A counterexample node as a short dict."""
     drafted = list(node.children) if node.children else node.k
     return instance_dict(node.target, node.draft, scheme=node.scheme, children=drafted, **numbers)
 
 
+def laws_at(
+    rule: trees.TreeRule | str, nodes: list[trees.Node], indices: list[int]
+) -> dict[int, trees.NodeLaw]:
+    """{index: the enumerated law of ``rule`` at ``nodes[index]``} for ``indices``, all in
+    one ``trees.enumerate_nodes``."""
+    found = trees.enumerate_nodes(rule, [nodes[index] for index in indices])
+    return dict(zip(indices, found, strict=True))
+
+
+def node_laws(
+    nodes: list[trees.Node], specs: dict[str, tuple[str, ...]], bar=None
+) -> dict[tuple[str, int], trees.NodeLaw]:
+    """The enumerated law of every rule in ``specs`` (spec -> the schemes it runs on) at
+    every node whose scheme it runs on, keyed (spec, node index): one ``laws_at`` per
+    rule and scheme (``bar`` counts the laws)."""
+    laws: dict[tuple[str, int], trees.NodeLaw] = {}
+    for spec, schemes in specs.items():
+        for scheme in schemes:
+            members = [index for index, node in enumerate(nodes) if node.scheme == scheme]
+            found = laws_at(_rule(spec, scheme), nodes, members)
+            laws.update({(spec, index): law for index, law in found.items()})
+            if bar is not None:
+                bar.update(len(members))
+    return laws
+
+
+def runs_on(nodes: list[trees.Node], specs: dict[str, tuple[str, ...]]) -> list[tuple[int, str]]:
+    """(node index, spec) for every rule of ``specs`` at every node it runs on, node by node
+    and in the order of ``specs`` (the order the tallies take them in)."""
+    return [
+        (index, spec)
+        for index, node in enumerate(nodes)
+        for spec, schemes in specs.items()
+        if node.scheme in schemes
+    ]
+
+
 def check_lossless(context: Context) -> dict:
     """Every lossless scheme emits q (enumerated law), and never accepts more than α*."""
     rng = context.rng("trees-lossless")
-    total = context.count(300, 10_000)
+    nodes = list(random_nodes(rng, context.count(300, 10_000)))
+    pairs = runs_on(nodes, LOSSLESS)
+    with context.bar(len(pairs), "tree lossless") as bar:
+        laws = node_laws(nodes, LOSSLESS, bar)
+    best = [trees.optimal_acceptance(node, method="cut") for node in nodes]
+    gaps = np.array([np.abs(laws[spec, i].law - nodes[i].target).max() for i, spec in pairs])
+    overs = np.array([laws[spec, i].acceptance - best[i] for i, spec in pairs])
+    vocabs = np.array([nodes[i].vocab_size for i, _ in pairs])
     error, above = Worst(), Worst()
-    with context.bar(total, "tree lossless") as bar:
-        for node in random_nodes(rng, total):
-            best = trees.optimal_acceptance(node, method="cut")
-            for spec, schemes in LOSSLESS.items():
-                if node.scheme not in schemes:
-                    continue
-                exact = trees.enumerate_node(_rule(spec, node.scheme), node)
-                gap = float(np.abs(exact.law - node.target).max())
-                error.update(
-                    [gap],
-                    [gap > ROUNDING],
-                    node.vocab_size,
-                    lambda i, n=node, s=spec, g=gap: node_dict(n, rule=s, error=g),
-                )
-                over = exact.acceptance - best
-                above.update(
-                    [over],
-                    [over > ROUNDING],
-                    node.vocab_size,
-                    lambda i, n=node, s=spec, o=over: node_dict(n, rule=s, excess=o),
-                )
-            bar.update(1)
+    error.update_each(
+        gaps,
+        gaps > ROUNDING,
+        vocabs,
+        lambda k: node_dict(nodes[pairs[k][0]], rule=pairs[k][1], error=float(gaps[k])),
+    )
+    above.update_each(
+        overs,
+        overs > ROUNDING,
+        vocabs,
+        lambda k: node_dict(nodes[pairs[k][0]], rule=pairs[k][1], excess=float(overs[k])),
+    )
     return {
         "rows": [
             row(
@@ -160,11 +201,15 @@ def check_lossless(context: Context) -> dict:
 def check_alpha(context: Context) -> dict:
     """α* three ways (cut, sort, LP), α_RRS = 1 − Π TV, α*_det = q(S), K = 1: 1 − TV."""
     rng = context.rng("trees-alpha")
-    total = context.count(300, 10_000)
-    ways, rrs, det = Worst(), Worst(), Worst()
+    nodes = list(random_nodes(rng, context.count(300, 10_000)))
     lp_count = context.count(40, 1000)
-    with context.bar(total, "tree alpha") as bar:
-        for index, node in enumerate(random_nodes(rng, total)):
+    sampled = [i for i, node in enumerate(nodes) if node.scheme == trees.WITH_REPLACEMENT]
+    fixed = [i for i, node in enumerate(nodes) if node.scheme == trees.DETERMINISTIC]
+    with context.bar(len(nodes), "tree alpha") as bar:
+        rrs_laws = laws_at("rrs", nodes, sampled)
+        walk_laws = laws_at("walk", nodes, fixed)
+        found = []  # per node: (the α* values by method, RRS gap and formula, q(S) gap)
+        for index, node in enumerate(nodes):
             cut = trees.optimal_acceptance(node, method="cut")
             values = {"cut": cut}
             if node.scheme == trees.WITH_REPLACEMENT or node.k == 1:
@@ -173,27 +218,28 @@ def check_alpha(context: Context) -> dict:
                 values["lp"] = trees.optimal_acceptance(node, method="lp")
             if node.k == 1 and node.scheme != trees.DETERMINISTIC:
                 values["1 − TV"] = 1.0 - float(divergences.tv(node.target, node.draft))
-            spread = max(values.values()) - min(values.values())
-            ways.update(
-                [spread],
-                [spread > 1e-9],
-                node.vocab_size,
-                lambda i, n=node, v=values: node_dict(n, **v),
-            )
-            if node.scheme == trees.WITH_REPLACEMENT:
+            rrs_gap = formula = det_gap = None
+            if index in rrs_laws:
                 formula = float(trees.rrs_acceptance(node.target, node.draft, node.k))
-                gap = abs(trees.node_acceptance("rrs", node) - formula)
-                rrs.update(
-                    [gap],
-                    [gap > ROUNDING],
-                    node.vocab_size,
-                    lambda i, n=node, f=formula: node_dict(n, formula=f),
-                )
-            if node.scheme == trees.DETERMINISTIC:
+                rrs_gap = abs(rrs_laws[index].acceptance - formula)
+            if index in walk_laws:
                 mass = float(node.target[list(node.children)].sum())
-                gap = max(abs(cut - mass), abs(trees.node_acceptance("walk", node) - mass))
-                det.update([gap], [gap > ROUNDING], node.vocab_size, lambda i, n=node: node_dict(n))
+                det_gap = max(abs(cut - mass), abs(walk_laws[index].acceptance - mass))
+            found.append((values, rrs_gap, formula, det_gap))
             bar.update(1)
+    ways, rrs, det = Worst(), Worst(), Worst()
+    spreads = np.array([max(v.values()) - min(v.values()) for v, _, _, _ in found])
+    vocabs = np.array([node.vocab_size for node in nodes])
+    ways.update_each(spreads, spreads > 1e-9, vocabs, lambda k: node_dict(nodes[k], **found[k][0]))
+    gaps = np.array([found[i][1] for i in sampled])
+    rrs.update_each(
+        gaps,
+        gaps > ROUNDING,
+        vocabs[sampled],
+        lambda k: node_dict(nodes[sampled[k]], formula=found[sampled[k]][2]),
+    )
+    gaps = np.array([found[i][3] for i in fixed])
+    det.update_each(gaps, gaps > ROUNDING, vocabs[fixed], lambda k: node_dict(nodes[fixed[k]]))
     return {
         "rows": [
             row(
@@ -228,148 +274,3 @@ def check_alpha(context: Context) -> dict:
             ),
         ]
     }
-
-
-def check_frontier(context: Context) -> dict:
-    """The frontier dominates every rule at its KL and TV; it equals cvxpy's optimum;
-    Cactus-tree is the frontier for deterministic children; monotone in K and δ."""
-    rng = context.rng("trees-frontier")
-    total = context.count(200, 3000)
-    beaten, solved, cactus, monotone = Worst(), Worst(), Worst(), Worst()
-    solver_misses = 0
-    with context.bar(total, "tree frontier") as bar:
-        for index, node in enumerate(random_nodes(rng, total, max_vocab=10, max_width=3)):
-            for spec, schemes in RULES.items():
-                if node.scheme not in schemes:
-                    continue
-                exact = trees.enumerate_node(_rule(spec, node.scheme), node)
-                emitted = exact.law / exact.law.sum()
-                for name in ("kl", "tv"):
-                    spent = float(divergences.rows(name, emitted, node.target))
-                    if not np.isfinite(spent):
-                        continue
-                    bound = trees.frontier_acceptance(node, delta=spent, divergence=name)
-                    over = exact.acceptance - bound
-                    beaten.update(
-                        [over],
-                        [over > ROUNDING],
-                        node.vocab_size,
-                        lambda i, n=node, s=spec, d=name, v=spent: node_dict(
-                            n, rule=s, divergence=d, spent=v
-                        ),
-                    )
-            if node.scheme == trees.DETERMINISTIC:
-                delta = float(rng.choice([0.01, 0.1, 1.0]))
-                exact = trees.enumerate_node(trees.make("cactus-tree", delta=delta), node)
-                gap = abs(exact.acceptance - trees.frontier_acceptance(node, delta=delta))
-                over = float(divergences.kl(exact.law, node.target)) - delta
-                bad = gap > ROUNDING or over > budget_tolerance(delta)
-                cactus.update(
-                    [max(gap, over)],
-                    [bad],
-                    node.vocab_size,
-                    lambda i, n=node, d=delta: node_dict(n, delta=d),
-                )
-            drop = _monotone_drop(node)
-            monotone.update(
-                [drop], [drop > ROUNDING], node.vocab_size, lambda i, n=node: node_dict(n)
-            )
-            if index % 5 == 0 and node.vocab_size <= 6 and node.k <= 3:
-                solver_misses += _against_cvxpy(rng, node, solved)
-            bar.update(1)
-    return {
-        "rows": [
-            row(
-                "trees.frontier-dominates",
-                "No tree rule accepts more than the frontier α*_{K,δ} at its own emitted KL "
-                "and TV (every built-in, lossy ones included, every scheme it runs on).",
-                "ours",
-                beaten.holds,
-                beaten.count,
-                {"max acceptance − frontier": beaten.value},
-                beaten.counterexample,
-            ),
-            row(
-                "trees.frontier-exact",
-                "trees.frontier_acceptance equals the coupling problem solved by cvxpy (KL: "
-                "exponential cone; TV: LP) to 1e−6 on V <= 6, K <= 3 (a solve whose answer "
-                "is below ours is a solver miss: ours is attained).",
-                "ours",
-                solved.holds,
-                solved.count,
-                {"max |ours − cvxpy|": solved.value, "solver misses": solver_misses},
-                solved.counterexample,
-            ),
-            row(
-                "trees.cactus-tree-frontier",
-                "Cactus-tree (exact root) on deterministic children accepts exactly the "
-                "frontier α*_{K,δ} = s, kl_bin(s ‖ q(S)) = δ, and emits within δ.",
-                "ours",
-                cactus.holds,
-                cactus.count,
-                {"max |acceptance − frontier|": cactus.value},
-                cactus.counterexample,
-            ),
-            row(
-                "trees.monotone",
-                "α* and the frontier never decrease with more i.i.d. children (K -> K + 1) or "
-                "a larger budget δ; RRS with replacement never loses acceptance with K.",
-                "ours",
-                monotone.holds,
-                monotone.count,
-                {"max decrease": monotone.value},
-                monotone.counterexample,
-            ),
-        ]
-    }
-
-
-def _monotone_drop(node: trees.Node) -> float:
-    """The largest decrease of α*, the frontier or RRS along K and δ at this node's rows."""
-    values = []
-    if node.k < 4 and node.scheme == trees.WITH_REPLACEMENT:
-        bigger = trees.Node(target=node.target, draft=node.draft, k=node.k + 1)
-        values.append(
-            trees.optimal_acceptance(node, "sort") - trees.optimal_acceptance(bigger, "sort")
-        )
-        values.append(
-            float(trees.rrs_acceptance(node.target, node.draft, node.k))
-            - float(trees.rrs_acceptance(node.target, node.draft, node.k + 1))
-        )
-        values.append(
-            trees.frontier_acceptance(node, delta=0.1)
-            - trees.frontier_acceptance(bigger, delta=0.1)
-        )
-    frontier = [trees.frontier_acceptance(node, delta=d) for d in (0.0, 0.01, 0.1, 1.0, 10.0)]
-    values.extend(np.diff(frontier) * -1.0)
-    return float(max(values))
-
-
-def _against_cvxpy(rng: np.random.Generator, node: trees.Node, solved: Worst) -> int:
-    """Compare the frontier with cvxpy at one random budget per divergence; returns the
-    number of solver misses (cvxpy below our attained value or failed)."""
-    from proofs_check import trees_lp
-    from proofs_check.formulations import SolverError
-
-    misses = 0
-    for name in ("kl", "tv"):
-        delta = float(np.exp(rng.uniform(np.log(1e-3), np.log(2.0))))
-        ours = trees.frontier_acceptance(node, delta=delta, divergence=name)
-        try:
-            value, _ = trees_lp.frontier_lp(node, delta, name)
-        except SolverError:
-            misses += 1
-            continue
-        if value < ours - 1e-6:
-            misses += 1
-            continue
-        gap = value - ours
-        solved.update(
-            [abs(gap)],
-            [gap > 1e-6],
-            node.vocab_size,
-            lambda i, n=node, k=name, d=delta, v=value, o=ours: node_dict(
-                n, divergence=k, delta=d, cvxpy=v, ours=o
-            ),
-        )
-    return misses

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory import divergences, trees
-from proofs_check.checks_trees import node_dict, random_nodes
+from proofs_check.checks_trees import node_dict, random_nodes, same_shape
 from proofs_check.claims import ROUNDING, Context, Worst, row
 
 Array = np.ndarray
@@ -23,21 +23,25 @@ FIGURE2_POINTS = 41
 def check_kseq_bound(context: Context) -> dict:
     """SpecTr (NeurIPS 2023): K-SEQ accepts at least (1 − 1/e) α*."""
     rng = context.rng("trees-kseq")
-    total = context.count(300, 10_000)
-    ratio = Worst()
-    floor = 1.0 - np.exp(-1.0)
-    with context.bar(total, "k-seq bound") as bar:
-        for node in random_nodes(rng, total, schemes=(trees.WITH_REPLACEMENT,)):
-            best = trees.optimal_acceptance(node, method="sort")
-            _, kseq = trees.closed_form("k-seq", node.target, node.draft, node.k, node.scheme)
-            shortfall = floor * best - float(kseq)
-            ratio.update(
-                [shortfall],
-                [shortfall > ROUNDING],
-                node.vocab_size,
-                lambda i, n=node, b=best, k=float(kseq): node_dict(n, alpha_star=b, kseq=k),
+    nodes = list(random_nodes(rng, context.count(300, 10_000), schemes=(trees.WITH_REPLACEMENT,)))
+    best, kseq = np.empty(len(nodes)), np.empty(len(nodes))
+    with context.bar(len(nodes), "k-seq bound") as bar:
+        for (_, width), members in same_shape(nodes).items():
+            target = np.stack([nodes[index].target for index in members])  # [N, V]
+            draft = np.stack([nodes[index].draft for index in members])  # [N, V]
+            best[members] = trees.sorted_optimum(target, draft, width)
+            _, kseq[members] = trees.closed_form(
+                "k-seq", target, draft, width, trees.WITH_REPLACEMENT
             )
-            bar.update(1)
+            bar.update(len(members))
+    shortfall = (1.0 - np.exp(-1.0)) * best - kseq
+    ratio = Worst()
+    ratio.update_each(
+        shortfall,
+        shortfall > ROUNDING,
+        [node.vocab_size for node in nodes],
+        lambda k: node_dict(nodes[k], alpha_star=float(best[k]), kseq=float(kseq[k])),
+    )
     return {
         "rows": [
             row(
@@ -59,18 +63,26 @@ def check_without_replacement(context: Context) -> dict:
     replacement, for RRS and for the optimum α*."""
     rng = context.rng("trees-replacement")
     total = context.count(300, 10_000)
+    schemes = (trees.WITHOUT_REPLACEMENT,)
+    nodes = [node for node in random_nodes(rng, total, max_vocab=8, schemes=schemes) if node.k > 1]
+    with context.bar(len(nodes), "without replacement") as bar:
+        drawn_with = [trees.Node(target=n.target, draft=n.draft, k=n.k) for n in nodes]
+        rrs_with = trees.enumerate_nodes("rrs", drawn_with)
+        rrs_without = trees.enumerate_nodes("rrs", nodes)
+        rrs_loss = np.array(
+            [a.acceptance - b.acceptance for a, b in zip(rrs_with, rrs_without, strict=True)]
+        )
+        best_loss = np.array(
+            [
+                trees.optimal_acceptance(a, "sort") - trees.optimal_acceptance(b, "cut")
+                for a, b in zip(drawn_with, nodes, strict=True)
+            ]
+        )
+        bar.update(len(nodes))
     rrs, best = Worst(), Worst()
-    with context.bar(total, "without replacement") as bar:
-        for node in random_nodes(rng, total, max_vocab=8, schemes=(trees.WITHOUT_REPLACEMENT,)):
-            if node.k < 2:
-                bar.update(1)
-                continue
-            with_ = trees.Node(target=node.target, draft=node.draft, k=node.k)
-            loss = trees.node_acceptance("rrs", with_) - trees.node_acceptance("rrs", node)
-            rrs.update([loss], [loss > ROUNDING], node.vocab_size, lambda i, n=node: node_dict(n))
-            loss = trees.optimal_acceptance(with_, "sort") - trees.optimal_acceptance(node, "cut")
-            best.update([loss], [loss > ROUNDING], node.vocab_size, lambda i, n=node: node_dict(n))
-            bar.update(1)
+    vocabs = [node.vocab_size for node in nodes]
+    rrs.update_each(rrs_loss, rrs_loss > ROUNDING, vocabs, lambda k: node_dict(nodes[k]))
+    best.update_each(best_loss, best_loss > ROUNDING, vocabs, lambda k: node_dict(nodes[k]))
     return {
         "rows": [
             row(

@@ -10,9 +10,9 @@ they share work (one cvxpy solve serves Thm 2 and our γ* solver, for example).
 Checks live in ``checks_exact`` and ``checks_prop4`` (against cvxpy), ``checks_laws``
 (exact emitted laws: Thm 1, Thm 3, Γ(δ)), ``checks_budgets`` (our budget guarantees on
 those laws), ``checks_closed_form`` (Cor. 5, Cor. 6, the overshoot) and, for multi-draft
-(tree) verification, ``checks_trees`` (exact node laws, α*, the frontier) and
-``checks_trees_findings`` (the literature's claims, tested). ``checks()`` lists them in the
-order the table shows them.
+(tree) verification, ``checks_trees`` (exact node laws, α*), ``checks_trees_frontier``
+(the constrained frontier) and ``checks_trees_findings`` (the literature's claims,
+tested). ``checks()`` lists them in the order the table shows them.
 
 Tolerances (``budget_tolerance``, ``SOLVER_TOLERANCE``...) are stated where used; a "holds"
 verdict means no instance exceeded them.
@@ -141,6 +141,28 @@ class Worst:
                 self._vocab = vocab_size
                 self.counterexample = describe(int(np.flatnonzero(violated)[0]))
 
+    def update_each(
+        self,
+        values: Array,
+        violated: Array,
+        vocab_sizes: Array,
+        describe: Callable[[int], dict],
+    ) -> None:
+        """``update`` row by row, in order, with a vocabulary size per row
+        (``vocab_sizes [N]``): the same tally in one call."""
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        violated = np.asarray(violated, dtype=bool).reshape(-1)
+        vocab_sizes = np.asarray(vocab_sizes).reshape(-1)
+        self.count += values.size
+        finite = values[~np.isnan(values)]
+        if finite.size:
+            self.value = max(self.value, float(finite.max()))
+        self.violations += int(violated.sum())
+        for index in np.flatnonzero(violated):
+            if vocab_sizes[index] < self._vocab:
+                self._vocab = int(vocab_sizes[index])
+                self.counterexample = describe(int(index))
+
     @property
     def holds(self) -> bool:
         return self.violations == 0
@@ -155,6 +177,7 @@ def _registry() -> list[tuple[str, Callable[[Context], dict]]]:
         checks_prop4,
         checks_trees,
         checks_trees_findings,
+        checks_trees_frontier,
     )
 
     return [
@@ -176,7 +199,7 @@ def _registry() -> list[tuple[str, Callable[[Context], dict]]]:
         ("delta-zero", checks_budgets.check_delta_zero),
         ("trees-lossless", checks_trees.check_lossless),
         ("trees-alpha", checks_trees.check_alpha),
-        ("trees-frontier", checks_trees.check_frontier),
+        ("trees-frontier", checks_trees_frontier.check_frontier),
         ("trees-kseq", checks_trees_findings.check_kseq_bound),
         ("trees-replacement", checks_trees_findings.check_without_replacement),
         ("trees-sglang-kl", checks_trees_findings.check_sglang_kl),

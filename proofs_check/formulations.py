@@ -1,7 +1,9 @@
 """The constrained problems, stated in cvxpy and solved to interior-point precision.
 
 Each problem is built once per vocabulary size with cvxpy ``Parameter``s (DPP), so a new
-instance only re-solves; nothing here knows the closed forms it is used to check.
+instance only re-solves (``compiled``: the parameter values go straight into the compiled
+data, bit for bit what cvxpy builds); nothing here knows the closed forms it is used to
+check.
 
 1. Per-branch problem (the paper's), for a drafted token n placed at index 0:
 
@@ -28,6 +30,8 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from proofs_check.compiled import Compiled
 
 Array = np.ndarray
 
@@ -66,14 +70,21 @@ def _cp():
     return cvxpy
 
 
-def _solve(problem, variable, solver: str, options: dict) -> Solution:
+def _solve(problem, variable, solver: str, options: dict, values: list | None = None) -> Solution:
+    """Solve ``problem`` (a ``Compiled`` one at parameter ``values``) and read its value,
+    ``variable``'s value and the status; ``SolverError`` unless (near) optimal."""
     cp = _cp()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "solution may be inaccurate" is read from status
         try:
-            problem.solve(solver=solver, **options)
+            if isinstance(problem, Compiled):
+                problem.solve(values)
+            else:
+                problem.solve(solver=solver, **options)
         except cp.error.SolverError as error:
             raise SolverError(f"{solver}: {error}") from None
+    if isinstance(problem, Compiled):
+        problem = problem.problem
     if problem.status not in ("optimal", "optimal_inaccurate"):
         raise SolverError(f"{solver}: status {problem.status}")
     return Solution(
@@ -91,6 +102,10 @@ def clear_compiled() -> None:
 
 def _conic_solver() -> tuple[str, dict]:
     return "CLARABEL", dict(CONIC_OPTIONS)
+
+
+def _lp_solver() -> tuple[str, dict]:
+    return LP_SOLVER[0], {key: dict(value) for key, value in LP_SOLVER[1].items()}
 
 
 def _drafted_term(name: str, raised, mass, root_mass, cost, offset, lift):
@@ -174,16 +189,20 @@ class _BranchProblem:
         self.problem = cp.Problem(
             cp.Maximize(self.raised), [total == 1, divergence <= self.delta, *extra]
         )
+        parameters = [self.mass, self.root_mass, self.cost, self.offset, self.rest, self.delta]
+        self.compiled = Compiled(self.problem, parameters, *_conic_solver())
 
     def solve(self, target_probs: Array, delta: float) -> Solution:
         mass = float(target_probs[0])
-        self.mass.value = mass
-        self.root_mass.value = float(np.sqrt(mass))
-        self.cost.value = float(-np.log(mass)) if mass > 0 else 745.0
-        self.offset.value = float(mass * np.log(mass) - mass) if mass > 0 else 0.0
-        self.rest.value = target_probs[1:]
-        self.delta.value = float(delta)
-        solved = _solve(self.problem, self.ratio, *_conic_solver())
+        values = [
+            mass,
+            float(np.sqrt(mass)),
+            float(-np.log(mass)) if mass > 0 else 745.0,
+            float(mass * np.log(mass) - mass) if mass > 0 else 0.0,
+            target_probs[1:],
+            float(delta),
+        ]
+        solved = _solve(self.compiled, self.ratio, *_conic_solver(), values)
         raised = float(self.raised.value)
         point = np.concatenate([[raised], target_probs[1:] * np.asarray(solved.point)])
         return Solution(raised, point, solved.status)
@@ -229,14 +248,18 @@ class _OutputLawProblem:
                 cp.multiply(self.off_support, self.h) == 0,
             ],
         )
+        parameters = [self.cost, self.p, self.off_support, self.delta]
+        self.compiled = Compiled(self.problem, parameters, *_conic_solver())
 
     def solve(self, target_probs: Array, draft_probs: Array, delta: float) -> Solution:
         positive = target_probs > 0
-        self.cost.value = np.where(positive, -np.log(np.where(positive, target_probs, 1.0)), 0.0)
-        self.p.value = draft_probs
-        self.off_support.value = (~positive).astype(np.float64)
-        self.delta.value = float(delta)
-        return _solve(self.problem, self.h, *_conic_solver())
+        values = [
+            np.where(positive, -np.log(np.where(positive, target_probs, 1.0)), 0.0),
+            draft_probs,
+            (~positive).astype(np.float64),
+            float(delta),
+        ]
+        return _solve(self.compiled, self.h, *_conic_solver(), values)
 
 
 @functools.cache
@@ -264,11 +287,10 @@ class _CouplingProblem:
             cp.Maximize(cp.trace(self.coupling)),
             [cp.sum(self.coupling, axis=1) == self.p, cp.sum(self.coupling, axis=0) == self.h],
         )
+        self.compiled = Compiled(self.problem, [self.p, self.h], *_lp_solver())
 
     def solve(self, draft_probs: Array, adjusted: Array) -> Solution:
-        self.p.value = draft_probs
-        self.h.value = adjusted
-        return _solve(self.problem, self.coupling, LP_SOLVER[0], dict(LP_SOLVER[1]))
+        return _solve(self.compiled, self.coupling, *_lp_solver(), [draft_probs, adjusted])
 
 
 @functools.cache
@@ -300,11 +322,11 @@ class _CrossEntropyProblem:
             cp.Maximize(self.h[0]),
             [cp.sum(self.h) == 1, self.cost @ self.h <= self.budget],
         )
+        self.compiled = Compiled(self.problem, [self.cost, self.budget], *_lp_solver())
 
     def solve(self, target_probs: Array, budget: float) -> Solution:
-        self.cost.value = -np.log(target_probs)
-        self.budget.value = float(budget)
-        return _solve(self.problem, self.h, LP_SOLVER[0], dict(LP_SOLVER[1]))
+        values = [-np.log(target_probs), float(budget)]
+        return _solve(self.compiled, self.h, *_lp_solver(), values)
 
 
 @functools.cache

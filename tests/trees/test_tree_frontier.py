@@ -146,3 +146,23 @@ def test_the_coupling_lp_is_exact_on_near_one_hot_rows():
     )
     exact = trees.optimal_acceptance(node, method="cut")
     assert trees.optimal_acceptance(node, method="lp") == pytest.approx(exact, abs=1e-12)
+
+
+@pytest.mark.parametrize("scheme", trees.SCHEMES)
+def test_frontier_at_many_budgets_is_the_frontier_at_each(scheme):
+    rng = np.random.default_rng(44)
+    budgets = [0.0, 1e-6, 0.01, 0.1, 1.0, 10.0]
+    for _ in range(12):
+        node = random_node(rng, int(rng.integers(2, 7)), int(rng.integers(1, 4)), scheme)
+        for name in ("kl", "tv"):
+            found = trees.frontier_acceptances(node, budgets, name)
+            assert found.shape == (len(budgets),)
+            for value, delta in zip(found, budgets, strict=True):
+                assert value == trees.frontier_acceptance(node, delta=delta, divergence=name)
+                if name == "kl" and scheme != trees.DETERMINISTIC:  # A(s_q), one budget alone
+                    base = trees.core_base(node)
+                    alone = np.minimum(base, frontier_target(node.target, base, delta)).sum()
+                    assert value == float(alone)
+            assert np.all(np.diff(found) >= -1e-15)
+    with pytest.raises(ValueError, match="^delta: must be >= 0"):
+        trees.frontier_acceptances(node, [0.1, -1.0])

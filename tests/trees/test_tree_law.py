@@ -238,3 +238,73 @@ def test_bad_nodes_and_rules_are_named_errors():
         trees.node_law(
             "rrs", trees.Node(target=np.full(200, 0.005), draft=np.full(200, 0.005), k=3)
         )
+
+
+BATCH_RULES = {
+    "walk": SCHEMES,
+    "rrs": SCHEMES,
+    "cactus-tree:delta=0.4": SCHEMES,
+    "cactus-rrs:delta=0.2": SCHEMES,
+    "medusa-typical": SCHEMES,
+    "k-seq": (trees.WITH_REPLACEMENT,),
+    "spechub": (trees.HUB,),
+    "sglang-tree:threshold_acc=0.5": (trees.DETERMINISTIC, trees.WITHOUT_REPLACEMENT),
+}
+
+
+def _batch_nodes(scheme):
+    rng = np.random.default_rng(12)
+    return [
+        random_node(rng, int(rng.integers(2, 7)), int(rng.integers(1, 4)), scheme)
+        for _ in range(40)
+    ]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_enumerate_nodes_gives_each_node_its_own_law_bit_for_bit(scheme):
+    """Many nodes of mixed shapes in one call: every number equals the node alone."""
+    nodes = _batch_nodes(scheme)
+    specs = [spec for spec, schemes in BATCH_RULES.items() if scheme in schemes]
+    for rule in [*specs, trees.make("optimal", scheme=scheme)]:
+        batched = trees.enumerate_nodes(rule, nodes)
+        assert len(batched) == len(nodes)
+        for node, found in zip(nodes, batched, strict=True):
+            alone = trees.enumerate_node(rule, node)
+            np.testing.assert_array_equal(found.law, alone.law)
+            np.testing.assert_array_equal(found.accepted, alone.accepted)
+            np.testing.assert_array_equal(found.ends, alone.ends)
+            assert (found.acceptance, found.tuples) == (alone.acceptance, alone.tuples)
+
+
+def test_enumerate_nodes_splits_large_nodes_across_calls(monkeypatch):
+    """With room for a few tuples per call, nodes are cut into pieces and packed: the same
+    laws (to rounding: the sums are taken in pieces)."""
+    from cactus_theory.core.trees import law as law_module
+
+    nodes = _batch_nodes(trees.WITH_REPLACEMENT)
+    whole = trees.enumerate_nodes("rrs", nodes)
+    monkeypatch.setattr(law_module, "CHUNK_ELEMENTS", 40)
+    calls = []
+    original = trees.RecursiveRejection.accepts_and_residual
+
+    def counted(self, target, proposals, children):
+        calls.append(children.shape[0])
+        return original(self, target, proposals, children)
+
+    monkeypatch.setattr(trees.RecursiveRejection, "accepts_and_residual", counted)
+    pieces = trees.enumerate_nodes("rrs", nodes)
+    assert len(calls) > len(nodes)  # nodes were cut into pieces
+    for found, expected in zip(pieces, whole, strict=True):
+        np.testing.assert_allclose(found.law, expected.law, rtol=0, atol=1e-15)
+        assert found.acceptance == pytest.approx(expected.acceptance, abs=1e-15)
+
+
+def test_enumerate_nodes_names_a_bad_node_or_scheme():
+    node = trees.Node(target=[0.5, 0.5], draft=[0.5, 0.5], k=2)
+    with pytest.raises(ValueError, match="^node: expected a trees.Node"):
+        trees.enumerate_nodes("walk", [node, "not a node"])
+    with pytest.raises(ValueError, match="tree rule 'k-seq' is defined for with-replacement"):
+        trees.enumerate_nodes(
+            "k-seq", [trees.Node(target=[0.5, 0.5], draft=[0.5, 0.5], children=[0])]
+        )
+    assert trees.enumerate_nodes("walk", []) == []

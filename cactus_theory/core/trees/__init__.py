@@ -15,7 +15,8 @@
   ``enumerate_nodes``);
 - ``sample``: the numpy node sampler from uniforms (``sample_node``, ``verify_node``);
 - ``optimum``: the lossless optimum α* (``optimal_acceptance``: cut, sort or lp);
-- ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``);
+- ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``, at many budgets
+  ``frontier_acceptances``);
 - ``sequences``: a whole tree of depth D (``tree_statistics``: E[accepted], KL per step);
 - ``rules``: the built-in tree rules (``walk``, ``rrs``, ``lift:SPEC``, ...).
 """
@@ -52,6 +53,7 @@ _builtins()
 from cactus_theory.core.trees.frontier import (  # noqa: E402
     core_base,
     frontier_acceptance,
+    frontier_acceptances,
     frontier_rows,
     lexicographic_base,
 )
@@ -135,6 +137,7 @@ __all__ = [
     "drafted_tuples",
     "end_probs",
     "frontier_acceptance",
+    "frontier_acceptances",
     "frontier_rows",
     "enumerate_node",
     "enumerate_nodes",

@@ -137,22 +137,33 @@ def frontier_acceptance(node: Node, delta: float, divergence: str = "kl") -> flo
     """α*_{K,δ}: the most any scheme accepts at ``node`` emitting a law within ``delta`` of q
     in KL or TV (module docstring: exact for deterministic children and for TV; for KL
     with sampled children the attained value A(s_q), checked against cvxpy)."""
+    return float(frontier_acceptances(node, [delta], divergence)[0])
+
+
+def frontier_acceptances(node: Node, deltas: object, divergence: str = "kl") -> Array:
+    """[B]: ``frontier_acceptance`` of ``node`` at each budget of ``deltas`` [B], with the
+    node's own work (its core base s_q, or α*) done once for all of them."""
     if not isinstance(node, Node):
         raise ValueError(f"node: expected a trees.Node, got {type(node).__name__}")
-    budget = validate.nonnegative("delta", delta)
+    budgets = [validate.nonnegative("delta", delta) for delta in np.ravel(deltas)]
     if divergence not in DIVERGENCES:
         raise ValueError(f"divergence: expected one of {DIVERGENCES}, got {divergence!r}")
     if node.scheme == DETERMINISTIC:
         mass = min(1.0, float(node.target[list(node.children)].sum()))  # rounding above 1
         if divergence == "tv":
-            return min(1.0, mass + budget)
-        return float(gamma.exact_raised_mass(np.asarray(mass), budget, "kl"))
+            return np.array([min(1.0, mass + budget) for budget in budgets])
+        return np.array(
+            [float(gamma.exact_raised_mass(np.asarray(mass), budget, "kl")) for budget in budgets]
+        )
     if divergence == "tv":
         method = "sort" if node.scheme == WITH_REPLACEMENT else "cut"
-        return min(1.0, optimal_acceptance(node, method=method) + budget)
+        best = optimal_acceptance(node, method=method)
+        return np.array([min(1.0, best + budget) for budget in budgets])
     base = core_base(node)
-    tilt = frontier_target(node.target, base, budget)
-    return float(np.minimum(base, tilt).sum())
+    rows = (len(budgets), 1)
+    bases = np.tile(base, rows)  # [B, V]: copies, each row exactly as alone
+    tilt = frontier_target(np.tile(node.target, rows), bases, np.asarray(budgets))
+    return np.minimum(bases, tilt).sum(axis=-1)
 
 
 def frontier_rows(target: Array, draft: Array, width: int, delta: object) -> Array:
