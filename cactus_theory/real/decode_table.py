@@ -6,7 +6,10 @@ interleaved rounds (config 1..n, then again), so a slow spell on a shared machin
 every config alike. Each (config, round) is a cell cached as JSON under ``cache`` (keyed by
 the settings, the prompts, the pair and the code), so an interrupted run resumes. A row
 keeps its first round's decoding statistics (every round reseeds, so the tokens are the
-same on CPU) and its median round's tokens/s.
+same on CPU) and its median round's tokens/s. With ``reseed``, round r decodes with seed
+``seed + r`` instead (every config of a round shares it), so the rounds are different
+samples and a row's decoding statistics are pooled over all its rounds: more tokens
+behind AL, α and KL for the same time.
 
 **Batch sizes.** With ``batch_sizes`` (1, 2, 4, 8, ...) every config runs at every batch
 size, each size with its own baseline, all interleaved in the same rounds; a row's speed-up
@@ -90,6 +93,8 @@ class TableSettings:
     #: Several batch sizes, each with its own baseline (the first is the reference);
     #: empty: ``batch_size`` alone.
     batch_sizes: tuple[int, ...] = ()
+    #: Round r uses seed + r and statistics are pooled over rounds (module docstring).
+    reseed: bool = False
 
     def __post_init__(self) -> None:
         for spec in self.rules:
@@ -161,6 +166,33 @@ class Cell:
     def tokens_per_second(self) -> float:
         return self.tokens / max(self.seconds, 1e-12)
 
+    @classmethod
+    def pooled(cls, cells: list[Cell]) -> Cell:
+        """One cell of several (rounds of one config): counts, times and per-position
+        counts summed, the NLL averaged over tokens."""
+        tokens = sum(cell.tokens for cell in cells)
+        metered = all(cell.kl_sum is not None for cell in cells)
+        width = max(len(cell.reached) for cell in cells)
+        timing: dict = {}
+        for cell in cells:
+            for key, value in cell.timing.items():
+                timing[key] = timing.get(key, 0) + value
+        return cls(
+            tokens=tokens,
+            seconds=sum(cell.seconds for cell in cells),
+            verifier_calls=sum(cell.verifier_calls for cell in cells),
+            accepted=sum(cell.accepted for cell in cells),
+            steps=sum(cell.steps for cell in cells),
+            scanned=sum(cell.scanned for cell in cells),
+            drafted=sum(cell.drafted for cell in cells),
+            kl_sum=sum(cell.kl_sum for cell in cells) if metered else None,
+            sequences=sum(cell.sequences for cell in cells) if metered else 0,
+            nll=sum(cell.nll * cell.tokens for cell in cells) / max(tokens, 1),
+            reached=[sum(c.reached[j] for c in cells if j < len(c.reached)) for j in range(width)],
+            taken=[sum(c.taken[j] for c in cells if j < len(c.taken)) for j in range(width)],
+            timing=timing,
+        )
+
 
 def pair_identity(setup) -> dict:
     """What identifies the pair for the cache: names, and sizes/mtimes of local files."""
@@ -196,8 +228,10 @@ def run(
     dtype: str,
     threads: int,
     progress: bool = True,
+    on_cell=None,
 ) -> dict:
-    """The table (module docstring) as a JSON-able dict ``{"settings", "rows", ...}``."""
+    """The table (module docstring) as a JSON-able dict ``{"settings", "rows", ...}``.
+    ``on_cell(done, total)`` is called after each (config, round), decoded or read back."""
     from cactus_theory.decode.runs import RunSettings, run_prompts, warm_up
 
     configs = settings.configs()
@@ -215,7 +249,7 @@ def run(
                     max_new_tokens=settings.max_new_tokens,
                     sampling=settings.sampling,
                     batch_size=size,
-                    seed=settings.seed,
+                    seed=settings.seed + (round_index if settings.reseed else 0),
                 )
                 if not warmed:
                     warm_up(setup, run_settings, rules.parse(settings.rules[0]), settings.ks[0])
@@ -228,6 +262,8 @@ def run(
                 if path is not None:
                     atomic_write_json(path, dataclasses.asdict(loaded))
             cells[index, round_index] = loaded
+            if on_cell is not None:
+                on_cell(len(cells), settings.repeats * len(configs))
     return summarise(settings, configs, cells, setup)
 
 
@@ -239,6 +275,24 @@ def _load(path: Path | None) -> Cell | None:
         return Cell(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return None
+
+
+#: z of a two-sided 95% normal interval.
+Z95 = 1.959963984540054
+
+
+def al_half_width(row: dict) -> float | None:
+    """A 95% half-width for a row's AL from its own counts: accepted drafts per step lie
+    in [0, k], so their variance is at most AL (k − AL) (Bhatia–Davis), and over n verify
+    steps (tokens / tokens per call; steps treated as independent) the half-width is at
+    most z·√(AL (k − AL)/n). None without the counts."""
+    import math
+
+    tokens, per_call, k = row.get("tokens"), row.get("tokens_per_call"), row.get("k")
+    if not tokens or not per_call or not k:
+        return None
+    al = row["acceptance_length"]
+    return Z95 * math.sqrt(max(al * (k - al), 0.0) / (tokens / per_call))
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -267,8 +321,10 @@ def median_interval(values: list[float]) -> tuple[float, float, float, float]:
 
 
 def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
-    """Rows from the cells: first round's statistics, median round's tokens/s, paired
-    per-round speed-ups with their interval (None with fewer than ``MIN_ROUNDS`` rounds)."""
+    """Rows from the cells: first round's statistics (every round's, pooled, with
+    ``reseed``), median round's tokens/s, paired per-round speed-ups with their interval
+    (None with fewer than ``MIN_ROUNDS`` rounds), and per round its tokens/s and, for a
+    rule, its costs c, v and o (``per_round``)."""
     import statistics
 
     from cactus_theory.decode.runs import step_costs, step_seconds
@@ -280,9 +336,12 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
     rows = []
     for index, (spec, k, size) in enumerate(configs):
         first = cells[index, 0]
+        if settings.reseed:
+            first = Cell.pooled([cells[index, r] for r in range(rounds)])
         base = baselines[size]
         base_speeds = [cells[base, r].tokens_per_second for r in range(rounds)]
-        step = statistics.median(step_seconds(cells[base, r].timing) for r in range(rounds))
+        steps_by_round = [step_seconds(cells[base, r].timing) for r in range(rounds)]
+        step = statistics.median(steps_by_round)
         speeds = [cells[index, r].tokens_per_second for r in range(rounds)]
         agree = all(cells[index, r].accepted == first.accepted for r in range(rounds))
         al = first.accepted / first.steps if first.steps else 0.0
@@ -307,6 +366,9 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
                 for taken, reached in zip(first.taken, first.reached, strict=True)
             ],
             "rounds_agree": agree,
+            "per_round": [
+                _round_entry(cells[index, r], spec, k, steps_by_round[r]) for r in range(rounds)
+            ],
         }
         if len(settings.sizes) > 1:
             row.update(
@@ -349,6 +411,29 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
             f"{MIN_ROUNDS})"
         )
     return table
+
+
+def _round_entry(cell: Cell, spec: str | None, k: int | None, step: float) -> dict:
+    """One round of a row: its tokens/s, the baseline's seconds per step T that round and,
+    for a rule, that round's costs c, v and o in steps (``decode.runs.step_costs``)."""
+    from cactus_theory.decode.runs import step_costs
+
+    total = cell.timing.get("total") or 0.0
+    entry = {
+        "tokens_per_second": cell.tokens_per_second,
+        "step_seconds": step,
+        "prefill_share": cell.timing.get("prefill", 0.0) / total if total else None,
+    }
+    if spec is not None:
+        al = cell.accepted / cell.steps if cell.steps else 0.0
+        costs = step_costs(cell.timing, cell.drafted, k, al, step)
+        entry.update(
+            draft_cost=costs.draft_cost,
+            verify_cost=costs.verify_cost,
+            other_cost=costs.other_cost,
+            acceptance_length=al,
+        )
+    return entry
 
 
 def _speedup(speeds: list[float], base_speeds: list[float], suffix: str, same: bool) -> dict:

@@ -426,10 +426,12 @@ def build_pool(
     dtype: str,
     progress: bool = True,
     name: str = "pool",
+    on_shard=None,
 ) -> RealPool:
     """The pool of ``setup`` (a ``decode.runs.Setup``: models, tokenizer, prompts) with
     ``settings``, built shard by shard (module docstring), reading finished shards from
-    ``cache`` (None: no cache)."""
+    ``cache`` (None: no cache). ``on_shard(shard, shards, positions, built)`` is called
+    after each shard (``built``: computed now, not read back), e.g. for progress lines."""
     from tqdm.auto import tqdm
 
     prompts = setup.prompts[: settings.num_prompts]
@@ -448,7 +450,8 @@ def build_pool(
         chunk = prompts[shard * settings.batch_size : (shard + 1) * settings.batch_size]
         path = None if folder is None else folder / f"shard-{shard:05d}.npz"
         arrays = None if path is None else _load(path)
-        if arrays is None:
+        fresh = arrays is None
+        if fresh:
             arrays = build_shard(setup, chunk, settings, shard)
             built += 1
             seconds += arrays["seconds"]
@@ -458,6 +461,8 @@ def build_pool(
         shards.append(arrays)
         bar.update(min(len(arrays["step"]), settings.positions - total))
         total += len(arrays["step"])
+        if on_shard is not None:
+            on_shard(shard + 1, count, total, fresh)
     bar.close()
     vocab = _vocab(setup)
     if folder is not None:
