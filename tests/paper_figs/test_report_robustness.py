@@ -119,7 +119,11 @@ def test_negative_control_an_unwatched_child_outlives_its_parent(tmp_path):
     """With the child not told its parent (``child_environment`` bypassed) it survives the
     job's SIGKILL: the property the kill test checks comes from ``exit_with_parent``."""
     out = tmp_path / "out"
-    job = start_job(out, "report.child_environment = lambda: dict(__import__('os').environ)")
+    job = start_job(
+        out,
+        "from paper_figs import children\n"
+        "children.child_environment = lambda: dict(__import__('os').environ)",
+    )
     job.kill()
     job.wait(30)
     try:
