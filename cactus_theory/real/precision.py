@@ -69,7 +69,8 @@ class DtypeChoice:
         source = f"cached in {self.path}" if self.cached else "measured now"
         return (
             f"dtype auto: {self.dtype} ({self.reason}; one forward of {self.verify_tokens} "
-            f"token(s) at batch {self.batch_size} on a KV cache: {times}, median of "
+            f"token{'s' * (self.verify_tokens != 1)} at batch {self.batch_size} on a KV "
+            f"cache: {times}, median of "
             f"{self.repeats}; {source})"
         )
 

@@ -374,7 +374,8 @@ def test_the_summary_explains_the_speedup_from_the_runs_own_costs(checkpoints, c
         assert (alpha is None) == (n == 0)
         assert n == 0 or alpha * n == pytest.approx(round(alpha * n), abs=1e-9)
     assert ("below 1 because" in out) == (data["speedup"] < 1)
-    assert "one run, no interval" in out
+    # three prompts at batch 1: three paired batches, too few for an interval, and why
+    assert "no interval: 3 paired batches" in out and len(data["speedup_by_batch"]) == 3
 
 
 def test_why_lines_name_the_costs_that_make_speculation_lose():

@@ -37,7 +37,7 @@ def test_the_faster_dtype_wins_and_float32_wins_a_tie(float32, bfloat16, dtype, 
     assert choice.seconds == seconds and not choice.cached
     line = choice.describe()
     assert f"float32 {1e3 * float32:.2f} ms, bfloat16 {1e3 * bfloat16:.2f} ms" in line
-    assert "4 token(s) at batch 1" in line and "measured now" in line
+    assert "4 tokens at batch 1" in line and "measured now" in line
 
 
 def test_a_choice_is_measured_once_then_read_from_the_cache(verifier_folder, tmp_path, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_batched_shape_is_measured_and_described(verifier_folder, tmp_path):
     choice = precision.choose_dtype(
         verifier_folder, "cpu", 1, 1, cache_dir=tmp_path, repeats=2, batch_size=3
     )
-    assert choice.batch_size == 3 and "1 token(s) at batch 3" in choice.describe()
+    assert choice.batch_size == 3 and "1 token at batch 3" in choice.describe()
     again = precision.choose_dtype(verifier_folder, "cpu", 1, 1, cache_dir=tmp_path, batch_size=3)
     assert again.cached and again.batch_size == 3 and again.dtype == choice.dtype
     with pytest.raises(ValueError, match="^batch_size: must be >= 1, got 0"):
