@@ -274,3 +274,16 @@ def _verify_once(cached, block, device) -> float:
         elapsed = time.perf_counter() - start
         cached.keep(torch.zeros_like(block))  # the block's slots are dropped again
     return elapsed
+
+
+def workload_dtypes(
+    verifier: str, device, *, pool_batch_size: int, verify_tokens: int, threads: int = 1
+) -> dict[str, DtypeChoice]:
+    """{"pools": choice, "decoder": choice}: the dtype measured fastest for a pool's work (a
+    generation step, one token per row at ``pool_batch_size``, the bulk of building a pool)
+    and for the decoder's (a verify call of ``verify_tokens`` = k + 1 tokens at batch 1),
+    each ``choose_dtype``'s (cached per machine)."""
+    return {
+        "pools": choose_dtype(verifier, device, threads, 1, batch_size=pool_batch_size),
+        "decoder": choose_dtype(verifier, device, threads, verify_tokens),
+    }

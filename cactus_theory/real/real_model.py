@@ -404,8 +404,7 @@ class Section:
 
 def dtypes_for(verifier: str, settings: SectionSettings, given: dict[str, str] | None) -> dict:
     """{"pools": choice, "decoder": choice} (``precision.DtypeChoice``): measured on this CPU
-    (``precision.choose_dtype``: the pools' generation step at their batch size, the
-    decoder's verify call of k + 1 tokens at batch 1), or ``given`` ones."""
+    (``precision.workload_dtypes``), or ``given`` ones."""
     from cactus_theory.real import precision
 
     if given is not None:
@@ -413,12 +412,13 @@ def dtypes_for(verifier: str, settings: SectionSettings, given: dict[str, str] |
             role: precision.DtypeChoice(given[role], "given", tokens)
             for role, tokens in (("pools", 1), ("decoder", settings.speed.k + 1))
         }
-    return {
-        "pools": precision.choose_dtype(
-            verifier, DEVICE, 1, 1, batch_size=settings.pool.batch_size
-        ),
-        "decoder": precision.choose_dtype(verifier, DEVICE, SPEED_THREADS, settings.speed.k + 1),
-    }
+    return precision.workload_dtypes(
+        verifier,
+        DEVICE,
+        pool_batch_size=settings.pool.batch_size,
+        verify_tokens=settings.speed.k + 1,
+        threads=SPEED_THREADS,
+    )
 
 
 def _strict(value):
