@@ -91,10 +91,12 @@ def summary_table(rows: list[dict]) -> str:
     return f"<table><tr><th>rule</th>{head}</tr>{''.join(body)}</table>"
 
 
-def real_model_table(real_model: dict | None, figure: Figure | None = None) -> str:
+def real_model_table(
+    real_model: dict | None, figure: Figure | None = None, tree_figure: Figure | None = None
+) -> str:
     """The real-model section (``paper_figs.page_real``): the exact trade-off on real
     contexts, the theory against the decoder and the speed check, or why it is missing."""
-    return real_model_section(real_model, figure)
+    return real_model_section(real_model, figure, tree_figure)
 
 
 def claims_table(claims: dict) -> str:
@@ -310,6 +312,7 @@ def render(
     cells: tuple[int, int],
     quick: bool,
     real_figure: Figure | None = None,
+    tree_figure: Figure | None = None,
 ) -> str:
     """The report page: self-contained HTML whose every link (figures, SVGs, CSVs) is a
     relative path inside the output folder, so the folder alone renders it, offline.
@@ -342,7 +345,7 @@ def render(
         "tokens add 0), i.e. the slope of figure 7. Columns come from "
         "<code>decoding.csv</code>.</p>",
         f"<h2 id='real-model'>{REAL_TITLE}</h2>",
-        real_model_table(results.real_model, real_figure),
+        real_model_table(results.real_model, real_figure, tree_figure),
         "<h2 id='figures'>Figures</h2>",
         *(figure_html(figure) for figure in drawn),
         "<h2 id='engines'>The engines' relaxed rules at equal acceptance</h2>",

@@ -236,6 +236,97 @@ def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> s
     return "".join(parts)
 
 
+# -- tree rules on the same pool ---------------------------------------------------------
+
+#: The deterministic-children rules the tree table shows (spec, what it is).
+TREE_TABLE_RULES = (
+    ("walk", "the walk (EAGLE, SGLang at 1/1): q(S)"),
+    ("cactus-tree:delta=1,exact=True", "Cactus-tree δ = 1"),
+    ("sglang-tree:threshold_single=1,threshold_acc=0.5", "SGLang t = 0.5"),
+)
+#: The sampled-children rules the tree table shows.
+TREE_SAMPLED_TABLE_RULES = (
+    ("rrs", "RRS (SpecInfer)"),
+    ("optimal:scheme=with-replacement", "the optimum α*"),
+    ("k-seq", "SpecTr's K-SEQ"),
+    ("cactus-rrs:delta=1,exact=True", "Cactus-RRS δ = 1"),
+)
+
+
+def _tree_row(config: dict, spec: str) -> dict | None:
+    from cactus_theory.core import trees
+
+    wanted = trees.spec_of(trees.parse(spec))
+    for row in config["rows"]:
+        if trees.spec_of(trees.parse(row["rule"])) == wanted:
+            return row
+    return None
+
+
+def tree_table(document: dict, scheme: str, shown: tuple) -> str:
+    """Per K, each shown rule's acceptance, KL per token and the frontier at that KL."""
+    configs = [config for config in document["configurations"] if config["scheme"] == scheme]
+    head = "<tr><th>K</th>" + "".join(
+        f"<th>{html.escape(label)}: α / KL / frontier</th>" for _, label in shown
+    )
+    body = []
+    for config in configs:
+        cells = [str(config["width"])]
+        for spec, _ in shown:
+            row = _tree_row(config, spec)
+            if row is None or row["acceptance"] is None:
+                cells.append("not computed")
+                continue
+            kl = _kl(row["kl_per_token"]) if not row.get("kl_infinite") else "∞"
+            cells.append(
+                f"{row['acceptance']:.4f} / {kl} / {_number(row['frontier_acceptance'], 4)}"
+            )
+        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"<table>{head}</tr>{''.join(body)}</table>"
+
+
+TREE_NOTE = (
+    "<p>One node of K children at every position of the pool: the draft's top-K "
+    "(deterministic, as EAGLE-2/3, SGLang and vLLM draft), or K children sampled from the "
+    "draft with replacement (SpecInfer, SpecTr). Every number is exact on the pool (the "
+    "node's law summed over its drafted tuples, or a closed form); the frontier is the most "
+    "any scheme with the same drafted children accepts at the rule's KL per token "
+    "(dominance checked). The walk emits q and accepts q(S); Cactus-tree tilts q towards "
+    "the drafted children within KL δ per node; SGLang's single threshold_acc spends a "
+    "different KL at every node. A pool sees only the first draft position: deeper levels "
+    "of a tree accept less (the theory table below measures it for chains).</p>"
+)
+
+
+def tree_section(real_model: dict, figure: Figure | None) -> str:
+    """Tree rules on the first set's pool: the figure, two tables, what it is; or why not."""
+    entry = real_model.get("trees") or {}
+    if not entry.get("document"):
+        reason = real_model.get("trees_unavailable")
+        return f"<p>Tree trade-off unavailable: {html.escape(reason)}.</p>" if reason else ""
+    document = entry["document"]
+    name = entry["dataset"]
+    parts = [f"<h3>Tree verification on {html.escape(DATASET_NAMES.get(name, name))}</h3>"]
+    if figure is not None:
+        parts.append(real_figure_html(figure))
+    violations = document.get("violations") or []
+    parts.append(
+        "<p>Dominance checked: no tree rule accepts more than the tree frontier at its own "
+        "KL (0 violations).</p>"
+        if not violations
+        else f"<p class='fails'><b>{len(violations)} dominance violation(s)</b>: "
+        + html.escape("; ".join(violations))
+        + "</p>"
+    )
+    parts.append("<h4>The draft's top-K children</h4>")
+    parts.append(tree_table(document, "deterministic", TREE_TABLE_RULES))
+    parts.append("<h4>K children sampled from the draft</h4>")
+    parts.append(tree_table(document, "with-replacement", TREE_SAMPLED_TABLE_RULES))
+    csv_name = html.escape(entry.get("csv", ""))
+    parts.append(TREE_NOTE + f"<p>Every rule and K: <a href='{csv_name}'>{csv_name}</a>.</p>")
+    return "".join(parts)
+
+
 # -- the predicted against the measured speed-up -----------------------------------------
 
 
@@ -442,7 +533,9 @@ def theory_section(real_model: dict) -> str:
     return "".join(parts)
 
 
-def real_model_section(real_model: dict | None, figure: Figure | None = None) -> str:
+def real_model_section(
+    real_model: dict | None, figure: Figure | None = None, tree_figure: Figure | None = None
+) -> str:
     """The whole section, or why it is missing."""
     from cactus_theory.real.real_model import SHOWN_K
 
@@ -459,6 +552,7 @@ def real_model_section(real_model: dict | None, figure: Figure | None = None) ->
     shown_k = (real_model.get("speed") or {}).get("settings", {}).get("k", SHOWN_K)
     return (
         tradeoff_section(real_model, figure, shown_k)
+        + tree_section(real_model, tree_figure)
         + theory_section(real_model)
         + speed_section(real_model)
     )

@@ -51,6 +51,8 @@ class Report:
     summary: list[dict] = field(default_factory=list)
     #: the real-model section's figure (the exact trade-off on real contexts), if drawn
     real_figure: Figure | None = None
+    #: the real-model section's tree figure (tree rules on the first set's pool), if drawn
+    tree_figure: Figure | None = None
 
 
 # -- steps ----------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ def _finish(folder, preset, quick, seed, result, claims, timings, start) -> Repo
     results = Results.load(folder, main_source=main)
     drawn = draw_figures(results, claims, folder / "figures")
     real_figure = draw_real_figure(results, folder / "figures")
+    tree_figure = draw_tree_figure(results, folder / "figures")
     timings["figures"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - start
     summary = summary_rows(results)
@@ -176,6 +179,7 @@ def _finish(folder, preset, quick, seed, result, claims, timings, start) -> Repo
         cells=(len(result.cells), result.computed),
         quick=quick,
         real_figure=real_figure,
+        tree_figure=tree_figure,
     )
     path = atomic_write_text(folder / "report.html", page)
     run_record = {
@@ -186,7 +190,7 @@ def _finish(folder, preset, quick, seed, result, claims, timings, start) -> Repo
         "computed": result.computed,
     }
     atomic_write_json(folder / "run.json", run_record)
-    return Report(path, drawn, claims, timings, summary, real_figure)
+    return Report(path, drawn, claims, timings, summary, real_figure, tree_figure)
 
 
 def _real_model(folder: Path, *, quick: bool, progress: bool) -> dict:
@@ -209,14 +213,34 @@ def draw_real_figure(results: Results, folder: Path) -> Figure | None:
     return figures_real.figure_real_tradeoff(titled, folder, "real_tradeoff")
 
 
+def draw_tree_figure(results: Results, folder: Path) -> Figure | None:
+    """The real-model section's tree figure: tree rules against the tree frontier on the
+    first set's pool (``figures_trees.tree_tradeoff_figure``), or None without it."""
+    from paper_figs import figures_trees
+    from paper_figs.page_real import DATASET_TITLES
+
+    entry = (results.real_model or {}).get("trees")
+    if not entry or not entry.get("document", {}).get("configurations"):
+        return None
+    document = dict(entry["document"])
+    document["dataset"] = DATASET_TITLES.get(entry["dataset"], entry["dataset"])
+    return figures_trees.tree_tradeoff_figure(document, folder, "real_tree_tradeoff")
+
+
 def draw_figures(results: Results, claims: dict, folder: Path) -> list[Figure]:
-    """Every figure the available results allow, in report order (figure 2 second)."""
+    """Every figure the available results allow, in report order (figure 2 second, figure
+    9, the multi-draft optimum in Khisti et al.'s setting, from the claims check last)."""
+    from paper_figs import figures_trees
+
     drawn = []
     for index, make in enumerate(figures.SWEEP_FIGURES):
         if index == 1:
             drawn.append(figures.figure_overshoot(claims, results, folder))
         if _has_data(make, results):
             drawn.append(make(results, folder))
+    khisti = (claims.get("curves") or {}).get("khisti_figure2")
+    if khisti:
+        drawn.append(figures_trees.figure_khisti(khisti, folder, "fig9_khisti"))
     return drawn
 
 

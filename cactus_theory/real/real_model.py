@@ -17,11 +17,17 @@ a line per unit of work with its progress and time left (``util.stages.StageLog`
    shard under ``out/real-model/pools``, and its exact trade-off (``real.tradeoff``:
    acceptance, KL and TV of the emitted law per token, the frontier at each rule's KL,
    dominance checked, never assumed), written as ``out/real-tradeoff-<set>.csv``;
-3. **theory**: on every set, ``THEORY_RULES`` decoded at k = 3 on the set's first prompts
+3. **trees**: on the first set's pool, the exact trade-off of tree rules
+   (``real.tree_tradeoff``): one node of K = 1, 2, 4 children at every position, the
+   draft's top-K (every default tree rule: the walk, Cactus-tree over δ, SGLang's
+   thresholds, Medusa's typical acceptance) and K sampled children with replacement
+   (RRS, SpecTr's K-SEQ, the optimum, Cactus-RRS δ = 1), each beside the tree frontier
+   (dominance checked), written as ``out/real-tree-tradeoff-<set>.csv``;
+4. **theory**: on every set, ``THEORY_RULES`` decoded at k = 3 on the set's first prompts
    (``real.theory``, cached per batch), each rule's pool α on the same prompts and
    positions against the decoder's measured α₁ with standard errors by prompt, and the
    reasons they differ;
-4. **speed**: once the machine is quiet (the report's other processes have finished:
+5. **speed**: once the machine is quiet (the report's other processes have finished:
    ``CoreShare.wait_quiet``), on one thread in the decoder's dtype, the predicted
    speed-up against a measured one for SpS and Cactus δ = 1 at k = 3 on the first set's
    first prompts (``real.speed_check``: 6 interleaved rounds, a new sample each round,
@@ -43,6 +49,7 @@ Everything goes to ``out/real_model.json``::
      "tradeoff": {set: {"document": tradeoff.to_json(...), "pool": describe line,
                         "pool_info": {...}, "violations": [...],
                         "seconds": {"pool", "tradeoff"}, "csv": file name}},
+     "trees": {"dataset", "document": tree_tradeoff.to_json(...), "csv", "seconds"},
      "theory": {set: {"settings": {...}, "rows": [theory.compare(...)],
                       "decoded_seconds": decoding time this run (0: read back)}},
      "speed": speed_check.summarise(...) with "dataset", "dtype", "threads",
@@ -50,8 +57,8 @@ Everything goes to ``out/real_model.json``::
 
 When the pair or torch cannot be had (no torch, no package index), the JSON is
 ``{"unavailable": reason}`` and the report shows that reason; a failure of the theory
-check or the speed check alone leaves the rest in place, with ``"theory_unavailable"`` or
-``"speed_unavailable"``: the reason.
+check, the tree trade-off or the speed check alone leaves the rest in place, with
+``"theory_unavailable"``, ``"trees_unavailable"`` or ``"speed_unavailable"``: the reason.
 """
 
 from __future__ import annotations
@@ -93,6 +100,11 @@ THEORY = TheorySettings(k=SHOWN_K, num_prompts=8, max_new_tokens=64, sampling=PA
 QUICK_THEORY = TheorySettings(
     k=SHOWN_K, num_prompts=4, max_new_tokens=32, sampling=PAPER_SETTING, batch_size=4
 )
+#: The tree trade-off on the first set's pool: node widths, and the rules of sampled
+#: children (closed forms, and Cactus-RRS at δ = 1 by enumeration); the draft's top-K
+#: children get every default tree rule (``real.tree_tradeoff.default_tree_rules``).
+TREE_WIDTHS = (1, 2, 4)
+TREE_SAMPLED_RULES = ("rrs", "k-seq", "optimal", "cactus-rrs:delta=1")
 #: The predicted against the measured speed-up (``real.speed_check``) on the first set.
 SPEED = SpeedSettings(k=SHOWN_K, num_prompts=3, max_new_tokens=48, sampling=PAPER_SETTING)
 QUICK_SPEED = SpeedSettings(k=SHOWN_K, num_prompts=1, max_new_tokens=24, sampling=PAPER_SETTING)
@@ -214,6 +226,13 @@ class Section:
         }
         mark = time.perf_counter()
         try:
+            result["trees"] = self.trees(built[names[0]], names[0])
+        except (ValueError, OSError, RuntimeError) as error:
+            result["trees_unavailable"] = f"{type(error).__name__}: {error}"
+            self.log.line(f"trees: unavailable: {result['trees_unavailable']}")
+        self.timings["trees"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        try:
             theory_names = [name for name in names if name in THEORY_DATASETS] or list(names[:1])
             result["theory"] = self.theory(
                 setup, {name: built[name] for name in theory_names}, texts
@@ -316,6 +335,34 @@ class Section:
         """Every set's trade-off again, with the predicted speed-ups from ``costs``."""
         for name, entry in trade.items():
             self.write_tradeoff(entry, built[name], name, costs)
+
+    # -- tree rules on the same pool ---------------------------------------------------------
+
+    def trees(self, pool: RealPool, name: str) -> dict:
+        """The tree trade-off on ``pool`` (module docstring, stage 3) as JSON, and its CSV."""
+        from cactus_theory.core import trees
+        from cactus_theory.real import tree_tradeoff
+
+        schemes = (trees.DETERMINISTIC, trees.WITH_REPLACEMENT)
+        stage = self.log.stage(f"trees {name}", len(schemes) * len(TREE_WIDTHS), "configurations")
+        mark, found = time.perf_counter(), []
+        for scheme in schemes:
+            specs = None if scheme == trees.DETERMINISTIC else list(TREE_SAMPLED_RULES)
+            for width in TREE_WIDTHS:
+                self.use_cores()
+                found.append(tree_tradeoff.configuration(pool, scheme, width, specs, K_MAX))
+                stage.update(len(found), f"{scheme} K={width}")
+        document = tree_tradeoff.to_json(found, dataset=name, positions=len(pool), pair=self.pair)
+        csv_name = f"real-tree-tradeoff-{name}.csv"
+        atomic_write_text(self.out / csv_name, tree_tradeoff.csv_text(document))
+        violations = len(document["violations"])
+        stage.finish(f"{violations} dominance violation{'s' * (violations != 1)}")
+        return {
+            "dataset": name,
+            "document": document,
+            "csv": csv_name,
+            "seconds": time.perf_counter() - mark,
+        }
 
     # -- the theory against the decoder -----------------------------------------------------
 

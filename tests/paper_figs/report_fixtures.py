@@ -24,6 +24,23 @@ FAKE_CLAIMS = {
         },
     ],
     "curves": {
+        "khisti_figure2": {
+            "x": [0.0, 0.5, 1.0],
+            "uniform draft": {
+                "optimal": [0.9, 0.8, 0.7],
+                "k-seq": [0.85, 0.78, 0.7],
+                "rrs": [0.8, 0.75, 0.68],
+                "rrs-wor": [1.0, 0.85, 0.7],
+                "k=1": [0.6, 0.5, 0.4],
+            },
+            "uniform target": {
+                "optimal": [0.88, 0.8, 0.7],
+                "k-seq": [0.84, 0.77, 0.69],
+                "rrs": [0.8, 0.74, 0.67],
+                "rrs-wor": [0.95, 0.84, 0.7],
+                "k=1": [0.6, 0.5, 0.4],
+            },
+        },  # fmt: skip
         "gamma": {
             "delta": [0.01, 0.1, 1.0],
             "rules": {
@@ -97,6 +114,29 @@ def fake_speed() -> dict:
     return {**found, "dataset": "mt-bench", "dtype": "float32", "threads": 1}
 
 
+def synthetic_pool():
+    """200 positions of Dirichlet rows over 30 tokens, as a ``RealPool``."""
+    import numpy as np
+
+    from cactus_theory.real import pools
+
+    generator = np.random.default_rng(0)
+    target = generator.dirichlet(np.full(30, 0.3), size=200).astype(np.float32)
+    draft = (0.6 * target + 0.4 * generator.dirichlet(np.full(30, 0.3), size=200)).astype(
+        np.float32
+    )
+    zeros = np.zeros(200, np.int64)
+    return pools.RealPool(target, draft, None, 30, zeros, zeros, zeros)
+
+
+def synthetic_trees() -> dict:
+    """A real ``tree_tradeoff.to_json`` document on the synthetic pool (top-K, K = 1, 2)."""
+    from cactus_theory.real import tree_tradeoff
+
+    found = tree_tradeoff.tree_tradeoff(synthetic_pool(), widths=(1, 2), schemes=("deterministic",))
+    return tree_tradeoff.to_json(found, dataset="mt-bench", positions=200)
+
+
 def synthetic_tradeoff() -> dict:
     """A real ``tradeoff.to_json`` document, computed on a synthetic pool (200 positions
     of Dirichlet rows over 30 tokens) instead of a model's."""
@@ -117,6 +157,7 @@ def synthetic_tradeoff() -> dict:
 
 FAKE_DOCUMENT = synthetic_tradeoff()
 FAKE_SPEED = fake_speed()
+FAKE_TREES = synthetic_trees()
 FAKE_REAL_MODEL = {
     "pair": {"name": "fake", "verifier": "verifier-folder", "draft": "draft-folder"},
     "device": "cpu",
@@ -141,6 +182,7 @@ FAKE_REAL_MODEL = {
         }
     },
     "speed": FAKE_SPEED,
+    "trees": {"dataset": "mt-bench", "document": FAKE_TREES, "csv": "t.csv", "seconds": 1.0},
     "costs": FAKE_SPEED["costs"],
     "timings": {"load": 1.0, "pools": 2.0, "theory": 0.5, "speed": 3.0},
 }

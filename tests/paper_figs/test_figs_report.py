@@ -52,6 +52,7 @@ def test_report_writes_every_figure_table_and_csv(built):
         "fig6_example",
         "fig7_sequence_kl",
         "fig8_real_model",
+        "fig9_khisti",
     ]
     for figure in result.figures:
         assert figure.png.stat().st_size > 10_000 and figure.svg.stat().st_size > 10_000
@@ -157,6 +158,11 @@ def test_the_real_model_section_is_on_the_page(built):
         section
     )
     assert "The predicted speed-up against a measured one" in section
+    # Tree rules on the same pool: the figure and the top-K table.
+    assert (
+        "figures/real_tree_tradeoff.png" in section and "Tree verification on MT-Bench" in section
+    )
+    assert result.tree_figure is not None and result.tree_figure.png.stat().st_size > 10_000
     assert "real-model section" in page and "pools 2.0 s" in page
     unavailable = real_model_table({"unavailable": "ImportError: no torch"})
     assert "Unavailable" in unavailable and "no torch" in unavailable

@@ -128,11 +128,46 @@ def test_the_json_rows_are_the_exact_tradeoff_of_the_same_pool(section, tiny_pai
     cactus = real_model.find_row(document, "cactus:delta=1")
     assert sps["kl_per_token"] == pytest.approx(0.0, abs=1e-12)
     assert cactus["acceptance"] >= sps["acceptance"]
-    assert set(stored["timings"]) == {"load", "pools", "theory", "speed"}
+    assert set(stored["timings"]) == {"load", "pools", "trees", "theory", "speed"}
     # A predicted speed-up only where v_k was measured: at the speed check's k.
     assert set(cactus["predicted_speedup"]) == {str(SPEED.k)}
     assert set(cactus["predicted_al"]) == {str(k) for k in range(1, real_model.K_MAX + 1)}
     assert stored["dtype"] == "float32" and stored["cpu"]["capability"]
+
+
+def test_the_tree_rows_are_the_exact_tree_tradeoff_of_the_same_pool(section, tiny_pair):
+    """The tree stage: every configuration (top-K and sampled children, K = 1, 2, 4) equal
+    to ``tree_tradeoff.configuration`` on the pool built again from scratch; its CSV; the
+    page's tree section quotes it."""
+    from cactus_theory.core import trees
+    from cactus_theory.real import tree_tradeoff
+
+    out, found, _ = section
+    entry = found["trees"]
+    assert entry["dataset"] == "mt-bench" and (out / entry["csv"]).is_file()
+    setup = load_setup(tiny_pair, torch.device("cpu"), "float32")
+    setup.prompts = list(PROMPTS)
+    pool = pools.build_pool(setup, POOL, None, device="cpu", dtype="float32", progress=False)
+    expected = [
+        tree_tradeoff.configuration(
+            pool,
+            scheme,
+            width,
+            None if scheme == trees.DETERMINISTIC else list(real_model.TREE_SAMPLED_RULES),
+            real_model.K_MAX,
+        )
+        for scheme in (trees.DETERMINISTIC, trees.WITH_REPLACEMENT)
+        for width in real_model.TREE_WIDTHS
+    ]
+    document = tree_tradeoff.to_json(expected, dataset="mt-bench", positions=len(pool),
+                                     pair=found["pair"])  # fmt: skip
+    assert entry["document"] == json.loads(json.dumps(document))
+    assert entry["document"]["violations"] == []
+    assert (out / entry["csv"]).read_text() == tree_tradeoff.csv_text(entry["document"])
+    page = page_real.real_model_section(found)
+    walk = entry["document"]["configurations"][1]["rows"][0]  # K = 2, the walk: q(S)
+    assert walk["rule"] == "walk" and f"<td>2</td><td>{walk['acceptance']:.4f} / " in page
+    assert "Tree verification on MT-Bench" in page and "K children sampled" in page
 
 
 def test_the_speed_check_puts_prediction_and_measurement_side_by_side(section):
