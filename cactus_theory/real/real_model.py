@@ -160,12 +160,14 @@ def run(
     except ImportError as error:
         return _unavailable(out, error, log)
     previous = torch.get_num_threads()
+    stop_heartbeat = log.heartbeat()
     try:
         section = Section(out, settings, cores or CoreShare(None), log, progress)
         result = section.run(names, prompts, pair, dtypes)
     except (ImportError, ValueError, OSError) as error:
         return _unavailable(out, error, log)
     finally:
+        stop_heartbeat()
         torch.set_num_threads(previous)
     atomic_write_json(out / OUTPUT, result, indent=1)
     return result

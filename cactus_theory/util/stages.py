@@ -5,10 +5,12 @@ how far it is and an estimate of the time left::
 
     [real-model 02:41] pools mt-bench: shard 2/3, 1,696 of 2,000 positions, ETA 0:38
 
-so a console is never silent for long (a unit of a stage should take well under a
-minute: a pool shard, one decode batch, one round of a timing run). Lines are flushed at
-once, so a parent process that reads its child's log (``paper_figs.report``) can relay
-them as they come.
+so a console is never silent for long: a unit of a stage should take well under a minute
+(a pool shard, one decode batch, one round of a timing run), and ``heartbeat`` prints
+"still working" on the current stage whenever the log has been silent for 30 seconds
+(a download, a conversion, a slow shard on a busy machine). Lines are flushed at once, so
+a parent process that reads its child's log (``paper_figs.report``) can relay them as
+they come.
 
 ``CoreShare`` is how a parent tells a child how many cores it may use now, and whether
 the machine is quiet (nothing else of the job is running): a small JSON file the parent
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,14 +52,48 @@ class StageLog:
         self.say = say or (lambda line: print(line, flush=True))
         self.clock = clock
         self.started = clock()
+        self.last = self.started  # when the last line was printed
+        self.current: Stage | None = None
+        self.guard = threading.Lock()
 
     def line(self, text: str) -> None:
         """Print ``text`` with the job's prefix."""
-        self.say(f"[{self.name} {clock_text(self.clock() - self.started)}] {text}")
+        with self.guard:
+            self.last = self.clock()
+            self.say(f"[{self.name} {clock_text(self.last - self.started)}] {text}")
+
+    def heartbeat(self, every: float = 30.0, poll: float = 1.0):
+        """Start a thread that prints "still working" on the current stage whenever the
+        log has been silent for ``every`` seconds; returns a function that stops it."""
+        stopped = threading.Event()
+
+        def beat() -> None:
+            while not stopped.wait(poll):
+                silent = self.clock() - self.last
+                if silent >= every:
+                    what = self.current.what if self.current is not None else "working"
+                    since = (
+                        ""
+                        if self.current is None
+                        else (f", {clock_text(self.current.elapsed())} into the stage")
+                    )
+                    self.line(
+                        f"{what}: still working ({clock_text(silent)} since the last line{since})"
+                    )
+
+        thread = threading.Thread(target=beat, name=f"{self.name}-heartbeat", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            stopped.set()
+            thread.join(timeout=5)
+
+        return stop
 
     def stage(self, what: str, total: float | None = None, unit: str = "") -> Stage:
         """A stage of ``total`` units (None: unknown); prints that it starts."""
         stage = Stage(self, what, total, unit)
+        self.current = stage
         extent = "" if total is None else f" ({_amount(total, unit)})"
         self.line(f"{what}: started{extent}")
         return stage

@@ -63,3 +63,28 @@ def test_a_grant_is_read_by_the_child_and_quiet_is_waited_for(tmp_path):
         share.grant(0, quiet=True)
     (tmp_path / "cores.json").write_text("{not json")
     assert share.threads() == 1 and not share.quiet()  # damaged: the safe reading
+
+
+def test_a_silent_log_says_it_is_still_working():
+    """The heartbeat prints on the current stage once the log has been silent for
+    ``every`` seconds, and nothing while lines keep coming."""
+    clock, lines = FakeClock(), []
+    log = StageLog("job", say=lines.append, clock=clock)
+    log.stage("load")
+    stop = log.heartbeat(every=30.0, poll=0.01)
+    try:
+        import time
+
+        clock.now += 10
+        time.sleep(0.1)
+        assert len(lines) == 1  # 10 s of silence: nothing yet
+        clock.now += 25
+        for _ in range(200):
+            if len(lines) > 1:
+                break
+            time.sleep(0.01)
+    finally:
+        stop()
+    assert (
+        lines[1] == "[job 0:35] load: still working (0:35 since the last line, 0:35 into the stage)"
+    )
