@@ -1,0 +1,103 @@
+"""The engines ``cactus conform`` checks, each a list of variants (one report each).
+
+=============  ===============================================================  ==========
+engine         variants                                                         needs
+=============  ===============================================================  ==========
+transformers   ``_speculative_sampling`` claiming SpS, with assisted generation     transformers
+               end to end (``hf_transformers``, ``assisted``); with
+               ``assistant_ensemble_weight`` w = 0.7 claiming ``interp:alpha=0.3``
+               where the installed version has it (5.25, not 5.17-5.19)
+vllm           V1 ``rejection_sample`` on the CPU stand-ins, stock (``vllm_cpu``)   vLLM (CPU)
+               and with this project's probed fix of vllm #55005
+cactus-torch   ``sampler.verify`` with every registered rule (``cactus_torch``)    torch
+cactus-vllm    the plug-in's accept step with every registered rule                vLLM (CPU)
+               (``cactus_vllm``)
+planted        the planted defects and their control (``..planted``)               torch
+=============  ===============================================================  ==========
+
+GPU kernels (FlashInfer, SGLang, vLLM's Triton path) have adapters in ``gpu``, run by
+``scripts/gpu_check.sh`` on a CUDA machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+ENGINES = ("transformers", "vllm", "cactus-torch", "cactus-vllm")
+#: Engine names ``cactus conform`` also takes (not part of ``--all``).
+EXTRA_ENGINES = ("planted",)
+#: The DIVERSE ensemble weight the transformers variant is checked at.
+ENSEMBLE_WEIGHT = 0.7
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One adapter of an engine: ``key`` builds it (``build``); ``main`` variants run the
+    full draws, the others (the non-SpS rules of our own engines) the reduced ones."""
+
+    engine: str
+    key: str
+    main: bool = True
+
+
+def missing(engine: str) -> str | None:
+    """Why ``engine`` cannot run in this Python, or None."""
+    if engine not in ENGINES + EXTRA_ENGINES:
+        raise ValueError(
+            f"engine: unknown engine {engine!r}; choose from {', '.join(ENGINES + EXTRA_ENGINES)}"
+        )
+    needs = {"transformers": "transformers", "vllm": "vllm", "cactus-vllm": "vllm"}
+    module = needs.get(engine, "torch")
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed in this Python"
+    return None
+
+
+def variants(engine: str, rule_specs: list[str] | None = None) -> list[Variant]:
+    """The variants of ``engine`` (``rule_specs``: the rules of our own engines; default
+    every registered rule)."""
+    if engine == "transformers":
+        from cactus_theory.testing.conformance.adapters import hf_transformers
+
+        found = [Variant(engine, "sps")]
+        if hf_transformers.has_ensemble_weight():
+            found.append(Variant(engine, f"ensemble:{ENSEMBLE_WEIGHT:g}"))
+        return found
+    if engine == "vllm":
+        return [Variant(engine, "stock"), Variant(engine, "fixed")]
+    if engine == "planted":
+        from cactus_theory.testing.conformance import planted
+
+        return [Variant(engine, name) for name in planted.DEFECTS]
+    from cactus_theory.testing.conformance.adapters import cactus_torch
+
+    specs = rule_specs if rule_specs is not None else cactus_torch.every_rule_spec()
+    runnable = [spec for spec in specs if not spec.endswith(":parameters?")]
+    return [Variant(engine, spec, main=spec == "sps") for spec in runnable]
+
+
+def build(variant: Variant):
+    """The ``Adapter`` of ``variant``."""
+    engine, key = variant.engine, variant.key
+    if engine == "transformers":
+        from cactus_theory.testing.conformance.adapters import hf_transformers
+
+        if key == "sps":
+            return hf_transformers.adapter()
+        return hf_transformers.adapter(weight=float(key.split(":", 1)[1]), assisted=False)
+    if engine == "vllm":
+        from cactus_theory.testing.conformance.adapters import vllm_cpu
+
+        return vllm_cpu.adapter(fixed=key == "fixed")
+    if engine == "cactus-torch":
+        from cactus_theory.testing.conformance.adapters import cactus_torch
+
+        return cactus_torch.adapter(key)
+    if engine == "cactus-vllm":
+        from cactus_theory.testing.conformance.adapters import cactus_vllm
+
+        return cactus_vllm.adapter(key)
+    from cactus_theory.testing.conformance import planted
+
+    return planted.adapter(key)
