@@ -88,6 +88,8 @@ class Adapter:
     bonus : ``BONUS_ENGINE`` or ``BONUS_SUPPLIED`` (then the bonus law is not the engine's).
     logits, logits_injects, logits_bonus : the logits path, whether it takes uniforms, and
         where its bonus comes from.
+    greedy_rule : the rule the logits path claims for temperature-0 rows, when it is not
+        ``rule`` (this project's vLLM plug-in leaves them to vLLM's greedy sampler).
     max_draws : cap on a law case's draws (an engine verifying one row per call is slow),
         with ``max_draws_reason``.
     extra : properties only this engine has.
@@ -108,6 +110,7 @@ class Adapter:
     logits: VerifyFn | None = None
     logits_injects: bool = False
     logits_bonus: str = BONUS_ENGINE
+    greedy_rule: str | None = None
     max_draws: int | None = None
     max_draws_reason: str = ""
     extra: list[ExtraCheck] = field(default_factory=list)

@@ -15,6 +15,10 @@ decisions a conforming engine must make from the same randomness:
   the first index whose cumulative probability exceeds ``sample[b]`` times the row's total
   (``core.verify``'s convention: transformers once its multinomial is replaced by the
   injected inverse CDF, our sampler, SGLang's and FlashInfer's kernels);
+  ``INVERSE_CDF_NEXT_COIN``: FlashInfer's chain kernel, whose uniforms are one row
+  u [B, k+1] = (accept[b, 0..k−1], sample[b]): the token emitted after a rejection at
+  position i is drawn by inverse CDF with u[b, i+1] (the next, unused accept coin, or
+  ``sample`` after the last position), the bonus with u[b, k] = ``sample``;
   ``EXPONENTIAL_RACE``: after a rejection the engine emits argmax_i r_i / E_i with E = the
   injected ``noise[b]`` (i.i.d. Exp(1): vLLM's recovery, ``sample_recovered_tokens``,
   which multiplies by 1/q); argmax_i r_i/E_i is an exact sample of r / Σ r. The bonus row is
@@ -42,8 +46,9 @@ from cactus_theory.core.rules.base import Rule
 from cactus_theory.core.verify import PAD_ID, inverse_cdf
 
 INVERSE_CDF = "inverse-cdf"
+INVERSE_CDF_NEXT_COIN = "inverse-cdf-next-coin"
 EXPONENTIAL_RACE = "exponential-race"
-CONVENTIONS = (INVERSE_CDF, EXPONENTIAL_RACE)
+CONVENTIONS = (INVERSE_CDF, INVERSE_CDF_NEXT_COIN, EXPONENTIAL_RACE)
 
 
 @dataclass(frozen=True)
@@ -167,8 +172,12 @@ def decide(
         )
         emit_law[where] = residual
     emit_law = emit_law / emit_law.sum(axis=-1, keepdims=True)
-    emitted = inverse_cdf(emit_law, uniforms.sample)
-    sample_margin = _cdf_margin(emit_law, uniforms.sample)
+    sample = uniforms.sample
+    if recovery == INVERSE_CDF_NEXT_COIN and steps:
+        coins = np.concatenate([uniforms.accept, uniforms.sample[:, None]], axis=1)  # [B, k+1]
+        sample = coins[rows, np.minimum(num_accepted + 1, steps)]
+    emitted = inverse_cdf(emit_law, sample)
+    sample_margin = _cdf_margin(emit_law, sample)
     if recovery == EXPONENTIAL_RACE and rejected.any():
         raced, gap = _race(emit_law, uniforms.noise)
         emitted = np.where(rejected, raced, emitted)

@@ -13,10 +13,13 @@ cactus-torch   ``sampler.verify`` with every registered rule (``cactus_torch``) 
 cactus-vllm    the plug-in's accept step with every registered rule                vLLM (CPU)
                (``cactus_vllm``)
 planted        the planted defects and their control (``..planted``)               torch
+flashinfer     FlashInfer's ``chain_speculative_sampling`` (``gpu``)               CUDA
+sglang         SGLang's ``tree_speculative_sampling_target_only`` on a chain,       CUDA
+               thresholds (1, 1) and (0.9, 0.5) (``gpu``)
+vllm-triton    vLLM's ``rejection_sample`` with its Triton kernels (``gpu``)        CUDA
 =============  ===============================================================  ==========
 
-GPU kernels (FlashInfer, SGLang, vLLM's Triton path) have adapters in ``gpu``, run by
-``scripts/gpu_check.sh`` on a CUDA machine.
+The GPU engines are run by ``scripts/gpu_check.sh`` on a CUDA machine (not in CI here).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 
 ENGINES = ("transformers", "vllm", "cactus-torch", "cactus-vllm")
 #: Engine names ``cactus conform`` also takes (not part of ``--all``).
-EXTRA_ENGINES = ("planted",)
+EXTRA_ENGINES = ("planted", "flashinfer", "sglang", "vllm-triton")
+#: The thresholds (single, acc) SGLang's kernel is checked at.
+SGLANG_THRESHOLDS = ((1.0, 1.0), (0.9, 0.5))
 #: The DIVERSE ensemble weight the transformers variant is checked at.
 ENSEMBLE_WEIGHT = 0.7
 
@@ -47,6 +52,10 @@ def missing(engine: str) -> str | None:
         raise ValueError(
             f"engine: unknown engine {engine!r}; choose from {', '.join(ENGINES + EXTRA_ENGINES)}"
         )
+    if engine in ("flashinfer", "sglang", "vllm-triton"):
+        from cactus_theory.testing.conformance.adapters import gpu
+
+        return gpu.missing(engine)
     needs = {"transformers": "transformers", "vllm": "vllm", "cactus-vllm": "vllm"}
     module = needs.get(engine, "torch")
     if importlib.util.find_spec(module) is None:
@@ -70,6 +79,10 @@ def variants(engine: str, rule_specs: list[str] | None = None) -> list[Variant]:
         from cactus_theory.testing.conformance import planted
 
         return [Variant(engine, name) for name in planted.DEFECTS]
+    if engine == "sglang":
+        return [Variant(engine, f"{single:g},{acc:g}") for single, acc in SGLANG_THRESHOLDS]
+    if engine in ("flashinfer", "vllm-triton"):
+        return [Variant(engine, "sps")]
     from cactus_theory.testing.conformance.adapters import cactus_torch
 
     specs = rule_specs if rule_specs is not None else cactus_torch.every_rule_spec()
@@ -98,6 +111,15 @@ def build(variant: Variant):
         from cactus_theory.testing.conformance.adapters import cactus_vllm
 
         return cactus_vllm.adapter(key)
+    if engine in ("flashinfer", "sglang", "vllm-triton"):
+        from cactus_theory.testing.conformance.adapters import gpu
+
+        if engine == "flashinfer":
+            return gpu.flashinfer_adapter()
+        if engine == "sglang":
+            single, acc = (float(value) for value in key.split(","))
+            return gpu.sglang_adapter(single, acc)
+        return gpu.vllm_triton_adapter()
     from cactus_theory.testing.conformance import planted
 
     return planted.adapter(key)

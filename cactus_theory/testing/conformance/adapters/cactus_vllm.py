@@ -13,7 +13,8 @@ vLLM's flattened layout, checked against the rule it runs.
   ``expand_batch_to_tokens``) and the rule given to every row
   (``config.batch_rules``). Law mode is ``RejectionSampler.forward`` as in an engine;
   exact mode is vLLM's ``apply_sampling_constraints`` (fixed), then ``accept_flat`` on the
-  processed rows with the injected uniforms.
+  processed rows with the injected uniforms. Temperature-0 rows keep vLLM's greedy sampler
+  (the plug-in never changes greedy output), so they claim ``greedy``.
 
 Needs vLLM (``.venv-vllm``); every registered rule claims itself.
 """
@@ -124,6 +125,7 @@ def adapter(rule: Rule | str = "sps") -> Adapter:
         bonus=BONUS_SUPPLIED,
         logits=logits_with(parsed),
         logits_injects=True,
+        greedy_rule="greedy",
         notes=(
             "cactus_theory.vllm accept_flat: our sampler's conventions on vLLM's layout; "
             "the bonus is vLLM's input; seeded rows draw from their own generator; logits "

@@ -79,6 +79,7 @@ def sampling_metadata(
     settings: Sequence[SamplingSettings] | None = None,
     generators: dict[int, torch.Generator] | None = None,
     vocab: int = 0,
+    device: str = "cpu",
 ) -> Any:
     """vLLM's ``SamplingMetadata`` for B requests: temperature 1 for every row, or each
     row's temperature, top-k and top-p from ``settings``, as vLLM's ``InputBatch`` fills
@@ -88,15 +89,15 @@ def sampling_metadata(
     from vllm.v1.sample.metadata import SamplingMetadata
 
     rows = list(settings) if settings is not None else [SamplingSettings()] * batch
-    temperature = torch.tensor([s.temperature for s in rows], dtype=torch.float32)
+    temperature = torch.tensor([s.temperature for s in rows], dtype=torch.float32, device=device)
     greedy = temperature == 0
     top_k = None
     kept = [s.top_k if s.top_k and 0 < s.top_k < vocab else vocab for s in rows]
     if any(k < vocab for k in kept):  # vLLM's InputBatch: top-k off (V) unless 0 < k < V
-        top_k = torch.tensor(kept, dtype=torch.int32)
+        top_k = torch.tensor(kept, dtype=torch.int32, device=device)
     top_p = None
     if any(s.top_p < 1.0 for s in rows):
-        top_p = torch.tensor([s.top_p for s in rows], dtype=torch.float32)
+        top_p = torch.tensor([s.top_p for s in rows], dtype=torch.float32, device=device)
     return SamplingMetadata(
         temperature=temperature,
         all_greedy=bool(greedy.all()),
@@ -107,9 +108,9 @@ def sampling_metadata(
         max_num_logprobs=None,
         no_penalties=True,
         prompt_token_ids=None,
-        frequency_penalties=torch.zeros(batch),
-        presence_penalties=torch.zeros(batch),
-        repetition_penalties=torch.ones(batch),
+        frequency_penalties=torch.zeros(batch, device=device),
+        presence_penalties=torch.zeros(batch, device=device),
+        repetition_penalties=torch.ones(batch, device=device),
         output_token_ids=[[] for _ in range(batch)],
         allowed_token_ids_mask=None,
         bad_words_token_ids={},
@@ -117,13 +118,20 @@ def sampling_metadata(
     )
 
 
-def split_generator(generator: Any, batch: int) -> dict[int, torch.Generator]:
-    """Per-row generators (a list) as vLLM's {row: generator}; a single generator seeds the
-    global RNG (vLLM's unseeded rows draw from it) and gives no per-row generators."""
+def split_generator(generator: Any, batch: int, device: str = "cpu") -> dict[int, torch.Generator]:
+    """Per-row generators (a list) as vLLM's {row: generator} (on ``device``, seeded from
+    the harness's); a single generator seeds the global RNG (vLLM's unseeded rows draw from
+    it) and gives no per-row generators."""
     if isinstance(generator, list | tuple):
-        return {row: g for row, g in enumerate(generator) if g is not None}
+        if device == "cpu":
+            return {row: g for row, g in enumerate(generator) if g is not None}
+        return {
+            row: torch.Generator(device=device).manual_seed(g.initial_seed())
+            for row, g in enumerate(generator)
+            if g is not None
+        }
     if generator is not None:
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))  # all devices
     return {}
 
 
@@ -218,7 +226,8 @@ def bonus_tokens(
         return torch.as_tensor(inverse_cdf(laws.numpy(), uniforms.sample))[:, None]
     tokens = torch.multinomial(laws, 1)
     for row, generator in generators.items():
-        tokens[row] = torch.multinomial(laws[row], 1, generator=generator)
+        row_law = laws[row].to(generator.device)
+        tokens[row] = torch.multinomial(row_law, 1, generator=generator).cpu()
     return tokens.to(torch.int64)
 
 
@@ -227,28 +236,37 @@ def counts_of(draft_ids: Tensor, num_drafts: Tensor | None) -> list[int]:
     return [steps] * batch if num_drafts is None else [int(n) for n in num_drafts.tolist()]
 
 
-def verify(
-    target_probs: Tensor,
-    draft_probs: Tensor,
-    draft_ids: Tensor,
-    generator: Any,
-    uniforms: Uniforms | None = None,
-    num_drafts: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The harness's verify function for vLLM's ``rejection_sample`` (module docstring)."""
-    kernels()
-    batch, steps = draft_ids.shape
-    counts = counts_of(draft_ids, num_drafts)
-    generators = split_generator(generator, batch)
-    ids, cumulative, (draft, target) = flatten(draft_ids, counts, draft_probs, target_probs)
-    rows = torch.arange(batch)
-    bonus = bonus_tokens(target_probs[rows, torch.tensor(counts)], uniforms, generators)
-    metadata = sampling_metadata(batch, generators=generators)
-    with injected(uniforms, counts):
-        output = own_rejection_sample()(
-            ids, counts, max(steps, 1), cumulative, draft, torch.log(target), bonus, metadata
-        )
-    return _accepted(output[:, : steps + 1], counts)
+def verify_on(device: str = "cpu"):
+    """The harness's verify function for vLLM's ``rejection_sample`` (module docstring),
+    running on ``device`` ("cuda": vLLM's Triton kernels)."""
+
+    def verify(
+        target_probs: Tensor,
+        draft_probs: Tensor,
+        draft_ids: Tensor,
+        generator: Any,
+        uniforms: Uniforms | None = None,
+        num_drafts: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        kernels()
+        batch, steps = draft_ids.shape
+        counts = counts_of(draft_ids, num_drafts)
+        generators = split_generator(generator, batch, device)
+        ids, cumulative, (draft, target) = flatten(draft_ids, counts, draft_probs, target_probs)
+        rows = torch.arange(batch)
+        bonus = bonus_tokens(target_probs[rows, torch.tensor(counts)], uniforms, generators)
+        metadata = sampling_metadata(batch, generators=generators, device=device)
+        with injected(uniforms, counts):
+            output = own_rejection_sample()(
+                ids.to(device), counts, max(steps, 1), cumulative.to(device), draft.to(device),
+                torch.log(target).to(device), bonus.to(device), metadata,
+            )  # fmt: skip
+        return _accepted(output[:, : steps + 1].cpu(), counts)
+
+    return verify
+
+
+verify = verify_on("cpu")
 
 
 def _accepted(output: Tensor, counts: Sequence[int]) -> tuple[Tensor, Tensor]:
@@ -257,7 +275,7 @@ def _accepted(output: Tensor, counts: Sequence[int]) -> tuple[Tensor, Tensor]:
     return output.to(torch.int64), (valid - 1).clamp(min=0).to(torch.int64)
 
 
-def spec_metadata(counts: Sequence[int], ids: Tensor) -> Any:
+def spec_metadata(counts: Sequence[int], ids: Tensor, device: str = "cpu") -> Any:
     """vLLM's ``SpecDecodeMetadata`` for rows whose logits are laid out request by request
     (its drafted positions, then its bonus position)."""
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
@@ -267,19 +285,22 @@ def spec_metadata(counts: Sequence[int], ids: Tensor) -> Any:
         target_index.extend(range(start, start + count))
         bonus_index.append(start + count)
         start += count + 1
-    sampled = torch.tensor(np.cumsum([c + 1 for c in counts]), dtype=torch.int32)
+
+    def tensor(values) -> Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
     return SpecDecodeMetadata(
         draft_token_ids=ids,
         num_draft_tokens=list(counts),
-        cu_num_draft_tokens=torch.tensor(np.cumsum(counts), dtype=torch.int32),
-        cu_num_sampled_tokens=sampled,
-        target_logits_indices=torch.tensor(target_index, dtype=torch.int32),
-        bonus_logits_indices=torch.tensor(bonus_index, dtype=torch.int32),
-        logits_indices=torch.arange(start, dtype=torch.int32),
+        cu_num_draft_tokens=tensor(np.cumsum(counts)),
+        cu_num_sampled_tokens=tensor(np.cumsum([c + 1 for c in counts])),
+        target_logits_indices=tensor(target_index),
+        bonus_logits_indices=tensor(bonus_index),
+        logits_indices=torch.arange(start, dtype=torch.int32, device=device),
     )
 
 
-def logits_path(fixed: bool, accept_step: Any = None):
+def logits_path(fixed: bool, accept_step: Any = None, device: str = "cpu"):
     """The harness's logits function through vLLM's metadata (module docstring).
     ``accept_step(ids, counts, cumulative, draft, target_logits, bonus, metadata, uniforms)``
     replaces the exact mode's ``rejection_sample`` call (the plug-in's adapter passes its
@@ -301,34 +322,39 @@ def logits_path(fixed: bool, accept_step: Any = None):
         batch, steps = draft_ids.shape
         vocab = target_logits.shape[-1]
         counts = [steps] * batch
-        generators = split_generator(generator, batch)
-        metadata = sampling_metadata(batch, settings, generators, vocab)
+        generators = split_generator(generator, batch, device)
+        metadata = sampling_metadata(batch, settings, generators, vocab, device)
         ids, cumulative, (draft,) = flatten(draft_ids, counts, draft_probs)
-        logits = target_logits.to(torch.float32).reshape(batch * (steps + 1), vocab).contiguous()
-        spec = spec_metadata(counts, ids)
+        ids, cumulative, draft = ids.to(device), cumulative.to(device), draft.to(device)
+        logits = target_logits.to(device, torch.float32)
+        logits = logits.reshape(batch * (steps + 1), vocab).contiguous()
+        spec = spec_metadata(counts, ids, device)
         with engine_state(fixed, plugin=accept_step is not None):
             if uniforms is None:
                 sampler = rejection_sampler.RejectionSampler(Sampler())
                 output = sampler(spec, draft, logits.clone(), metadata).sampled_token_ids
-                return _accepted(output, counts)
-            every = torch.tensor(np.cumsum([c + 1 for c in counts]), dtype=torch.int32)
+                return _accepted(output.cpu(), counts)
+            every = torch.tensor(
+                np.cumsum([c + 1 for c in counts]), dtype=torch.int32, device=device
+            )
             processed = rejection_sampler.apply_sampling_constraints(
                 logits.clone(), every, metadata
             )  # [N + B, V]
         target = processed[spec.target_logits_indices.long()].contiguous()
         bonus_logits = processed[spec.bonus_logits_indices.long()]
-        bonus = bonus_tokens(bonus_logits.softmax(-1), uniforms, {})
-        greedy = metadata.temperature == 0
+        bonus = bonus_tokens(bonus_logits.softmax(-1).cpu(), uniforms, {})
+        greedy = (metadata.temperature == 0).cpu()
         if bool(greedy.any()):
-            raw = logits[spec.bonus_logits_indices.long()].argmax(-1)
+            raw = logits[spec.bonus_logits_indices.long()].argmax(-1).cpu()
             bonus[greedy, 0] = raw[greedy]
+        bonus = bonus.to(device)
         if accept_step is not None:
             return accept_step(ids, counts, cumulative, draft, target, bonus, metadata, uniforms)
         with injected(uniforms, counts):
             output = own_rejection_sample()(
                 ids, counts, steps, cumulative, draft, target, bonus, metadata
             )
-        return _accepted(output, counts)
+        return _accepted(output.cpu(), counts)
 
     return verify_logits
 
@@ -341,19 +367,20 @@ NOTES = (
 )
 
 
-def adapter(fixed: bool = False) -> Adapter:
-    """vLLM's rejection sampler on CPU claiming SpS; ``fixed`` puts this project's probed
-    fix of vllm #55005 in the logits path."""
+def adapter(fixed: bool = False, device: str = "cpu") -> Adapter:
+    """vLLM's rejection sampler claiming SpS: on CPU the C++ stand-ins (``fixed`` puts this
+    project's probed fix of vllm #55005 in the logits path), on "cuda" the Triton kernels."""
+    name = "vllm-cpu" + (" + cactus cpu_fix" if fixed else "") if device == "cpu" else "vllm-triton"
     return Adapter(
-        name="vllm-cpu" + (" + cactus cpu_fix" if fixed else ""),
-        verify=verify,
+        name=name,
+        verify=verify_on(device),
         rule="sps",
         version=version(),
         recovery=EXPONENTIAL_RACE,
         ragged=True,
         row_generators=True,
         bonus=BONUS_SUPPLIED,
-        logits=logits_path(fixed),
+        logits=logits_path(fixed, device=device),
         logits_injects=True,
         notes=NOTES,
     )
