@@ -58,9 +58,14 @@ def missing(engine: str) -> str | None:
         return gpu.missing(engine)
     needs = {"transformers": "transformers", "vllm": "vllm", "cactus-vllm": "vllm"}
     module = needs.get(engine, "torch")
-    if importlib.util.find_spec(module) is None:
-        return f"{module} is not installed in this Python"
-    return None
+    return None if installed(module) else f"{module} is not installed in this Python"
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` is an installed package (a folder of the same name on sys.path,
+    such as the tests' ``tests/vllm``, is a namespace package and does not count)."""
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.origin not in (None, "namespace")
 
 
 def variants(engine: str, rule_specs: list[str] | None = None) -> list[Variant]:

@@ -34,7 +34,6 @@ vLLM's Triton kernels.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from typing import Any
 
@@ -52,7 +51,9 @@ MODULES = {"flashinfer": "flashinfer", "sglang": "sgl_kernel", "vllm-triton": "v
 
 def missing(engine: str) -> str | None:
     """Why the GPU engine cannot run here, or None."""
-    if importlib.util.find_spec(MODULES[engine]) is None:
+    from cactus_theory.testing.conformance.adapters import installed
+
+    if not installed(MODULES[engine]):
         return f"{MODULES[engine]} is not installed in this Python"
     if not torch.cuda.is_available():
         return "no CUDA device"
