@@ -111,44 +111,62 @@ def run_engines(
     return [runs[engine] for engine in engines]
 
 
-_MARK = {PASSED: "pass", FAILED: "**FAIL**", NOT_APPLICABLE: "n/a"}
+_MARK = {PASSED: "pass", FAILED: "FAIL", NOT_APPLICABLE: "n/a"}
 
 
-def _column(report: ConformReport) -> str:
-    label = report.engine if report.rule == "sps" else f"{report.engine} ({report.rule})"
-    return label
+def column_label(report: ConformReport) -> str:
+    """A report's column: the engine, and its rule when it claims more than SpS."""
+    return report.engine if report.rule == "sps" else f"{report.engine} ({report.rule})"
 
 
-def summary_table(reports: Sequence[ConformReport]) -> str:
-    """Markdown: one row per property, one column per report (pass, **FAIL**, n/a, or -
-    when the property was not run)."""
+def property_matrix(reports: Sequence[ConformReport]) -> dict:
+    """The engine × property table as plain data: ``properties`` (rows, every property of
+    the suite and the engines' own), ``columns`` (one per report) and ``cells``
+    [property][report]: "pass", "FAIL", "n/a", or "-" when not run."""
     names = list(PROPERTIES)
     for report in reports:
         for result in report.results:
             if result.name not in names:
                 names.insert(len(names) - 1, result.name)
-    header = "| property | " + " | ".join(_column(report) for report in reports) + " |"
-    lines = [header, "|" + "---|" * (len(reports) + 1)]
-    for name in names:
-        cells = [_MARK.get(report.status(name) or "", "-") for report in reports]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = [[_MARK.get(report.status(name) or "", "-") for report in reports] for name in names]
+    return {"properties": names, "columns": [column_label(r) for r in reports], "cells": cells}
+
+
+def acceptance_rows(reports: Sequence[ConformReport]) -> list[dict]:
+    """Every law case's measured acceptance per position against the claimed rule's exact
+    one, as plain rows."""
+    return [
+        {"engine": report.engine, "rule": report.rule, **row.to_dict()}
+        for report in reports
+        for row in report.acceptance
+    ]
+
+
+def summary_table(reports: Sequence[ConformReport]) -> str:
+    """Markdown: one row per property, one column per report (``property_matrix``)."""
+    matrix = property_matrix(reports)
+    lines = [
+        "| property | " + " | ".join(matrix["columns"]) + " |",
+        "|" + "---|" * (len(reports) + 1),
+    ]
+    for name, row in zip(matrix["properties"], matrix["cells"], strict=True):
+        marks = [f"**{cell}**" if cell == "FAIL" else cell for cell in row]
+        lines.append(f"| {name} | " + " | ".join(marks) + " |")
     return "\n".join(lines)
 
 
 def acceptance_table(reports: Sequence[ConformReport]) -> str:
-    """Markdown: every law case's measured acceptance per position against the claimed
-    rule's exact one."""
+    """Markdown: ``acceptance_rows``."""
     lines = [
         "| engine | rule | case | measured α per position | exact α | draws reaching |",
         "|---|---|---|---|---|---|",
     ]
-    for report in reports:
-        for row in report.acceptance:
-            measured = ", ".join(f"{value:.4f}" for value in row.measured)
-            exact = ", ".join(f"{value:.4f}" for value in row.exact)
-            reached = ", ".join(f"{value:,}" for value in row.reached)
-            lines.append(
-                f"| {report.engine} | {report.rule} | {row.case} | {measured} | {exact} | "
-                f"{reached} |"
-            )
+    for row in acceptance_rows(reports):
+        measured = ", ".join(f"{float(value):.4f}" for value in row["measured"])
+        exact = ", ".join(f"{value:.4f}" for value in row["exact"])
+        reached = ", ".join(f"{value:,}" for value in row["reached"])
+        lines.append(
+            f"| {row['engine']} | {row['rule']} | {row['case']} | {measured} | {exact} | "
+            f"{reached} |"
+        )
     return "\n".join(lines)
