@@ -45,6 +45,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"engines to check: {', '.join(ENGINES + EXTRA_ENGINES)}",
     )
     parser.add_argument("--all", action="store_true", help="every engine installed")
+    parser.add_argument(
+        "--skip-missing",
+        action="store_true",
+        help="list a named engine that is not installed here instead of failing (GPU scripts)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where cactus-torch's sampler runs (cpu, cuda[:N]); the GPU engines use cuda",
+    )
     parser.add_argument("--json", metavar="PATH", help="write every report as JSON")
     parser.add_argument(
         "--draws", type=int, default=1_000_000, help="rows per law case (main variants)"
@@ -96,6 +106,8 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
             raise ValueError(f"{key.replace('_', '-')}: must be >= 1, got {getattr(args, key)}")
     for spec in args.rule or []:
         rules.parse(spec)
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected cpu or cuda[:N], got {args.device!r}")
     if args.json:
         check_writable("json", args.json)
     return engines
@@ -164,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             delegated.append(engine)
         else:
             absent[engine] = reason
-    if absent and not args.all:
+    if absent and not (args.all or args.skip_missing):
         engine, reason = next(iter(absent.items()))
         if engine in ("vllm", "cactus-vllm"):
             raise ValueError("engines: " + HOW_TO_VLLM.format(engine=engine))
@@ -175,7 +187,13 @@ def run(args: argparse.Namespace) -> int:
           f"({budget.rule_draws:,} for the other rules), {budget.examples} examples per exact "
           f"property, {args.jobs} jobs", flush=True)  # fmt: skip
     results = run_engines(
-        here, budget, args.jobs, args.threads, args.rule, lambda line: print(line, flush=True)
+        here,
+        budget,
+        args.jobs,
+        args.threads,
+        args.rule,
+        lambda line: print(line, flush=True),
+        device=args.device,
     )
     for engine_run in results:
         for report in engine_run.reports:

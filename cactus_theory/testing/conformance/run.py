@@ -57,13 +57,16 @@ def cpu_name() -> str:
     return f"{name} ({cores} cores)"
 
 
-def _run_variant(variant: Variant, budget: Budget, threads: int) -> tuple[ConformReport, float]:
+def _run_variant(
+    variant: Variant, budget: Budget, threads: int, device: str = "cpu"
+) -> tuple[ConformReport, float]:
     import torch
 
     torch.set_num_threads(threads)
     started = time.perf_counter()
     draws = budget.draws if variant.main else budget.rule_draws
-    report = conform(build(variant), draws=draws, examples=budget.examples, seed=budget.seed)
+    adapter = build(variant, device)
+    report = conform(adapter, draws=draws, examples=budget.examples, seed=budget.seed)
     return report, time.perf_counter() - started
 
 
@@ -74,8 +77,10 @@ def run_engines(
     threads: int = 1,
     rule_specs: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
 ) -> list[EngineRun]:
-    """Run every variant of ``engines`` (``jobs`` processes; 1: in this process)."""
+    """Run every variant of ``engines`` (``jobs`` processes; 1: in this process);
+    ``device``: where cactus-torch's sampler runs."""
     say = progress or (lambda message: None)
     runs = {engine: EngineRun(engine) for engine in engines}
     work = [variant for engine in engines for variant in variants(engine, rule_specs)]
@@ -97,13 +102,13 @@ def run_engines(
         say(f"{variant.engine} [{variant.key}]: queued")
     if jobs <= 1:
         for variant in work:
-            done(variant, *_run_variant(variant, budget, threads))
+            done(variant, *_run_variant(variant, budget, threads, device))
     else:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = [(v, pool.submit(_run_variant, v, budget, threads)) for v in work]
+            futures = [(v, pool.submit(_run_variant, v, budget, threads, device)) for v in work]
             for variant, future in futures:
                 done(variant, *future.result())
     for run in runs.values():

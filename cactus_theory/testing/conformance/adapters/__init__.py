@@ -95,8 +95,8 @@ def variants(engine: str, rule_specs: list[str] | None = None) -> list[Variant]:
     return [Variant(engine, spec, main=spec == "sps") for spec in runnable]
 
 
-def build(variant: Variant):
-    """The ``Adapter`` of ``variant``."""
+def build(variant: Variant, device: str = "cpu"):
+    """The ``Adapter`` of ``variant`` (``device``: where cactus-torch's sampler runs)."""
     engine, key = variant.engine, variant.key
     if engine == "transformers":
         from cactus_theory.testing.conformance.adapters import hf_transformers
@@ -111,7 +111,7 @@ def build(variant: Variant):
     if engine == "cactus-torch":
         from cactus_theory.testing.conformance.adapters import cactus_torch
 
-        return cactus_torch.adapter(key)
+        return cactus_torch.adapter(key, device)
     if engine == "cactus-vllm":
         from cactus_theory.testing.conformance.adapters import cactus_vllm
 

@@ -51,48 +51,49 @@ def processed_rows(
     return probs
 
 
-def verify_with(rule: Rule) -> Callable[..., tuple[Tensor, Tensor]]:
-    """The harness's verify function for ``sampler.verify`` with ``rule``."""
+def verify_with(rule: Rule, device: str = "cpu") -> Callable[..., tuple[Tensor, Tensor]]:
+    """The harness's verify function for ``sampler.verify`` with ``rule`` on ``device``
+    (a CPU generator draws on the CPU, as ``sampler.verify`` documents)."""
     from cactus_theory import sampler
 
     def verify(target_probs, draft_probs, draft_ids, generator, uniforms=None, num_drafts=None):
         return sampler.verify(
-            target_probs,
-            draft_probs,
-            draft_ids,
+            target_probs.to(device),
+            draft_probs.to(device),
+            draft_ids.to(device),
             rule,
             generator=generator if uniforms is None else None,
-            uniforms=torch_uniforms(uniforms, target_probs.device),
-            num_drafts=num_drafts,
+            uniforms=torch_uniforms(uniforms, torch.device(device)),
+            num_drafts=None if num_drafts is None else num_drafts.to(device),
         )
 
     return verify
 
 
-def logits_with(rule: Rule) -> Callable[..., tuple[Tensor, Tensor]]:
+def logits_with(rule: Rule, device: str = "cpu") -> Callable[..., tuple[Tensor, Tensor]]:
     """The logits path: ``sampler.processors`` per row, then ``sampler.verify``."""
     from cactus_theory.sampler import processors
 
-    verify = verify_with(rule)
+    verify = verify_with(rule, device)
 
     def verify_logits(target_logits, draft_probs, draft_ids, settings, generator, uniforms=None):
-        target = processed_rows(processors.process_logits, target_logits, settings)
+        target = processed_rows(processors.process_logits, target_logits.to(device), settings)
         return verify(target, draft_probs, draft_ids, generator, uniforms)
 
     return verify_logits
 
 
-def adapter(rule: Rule | str = "sps") -> Adapter:
-    """``sampler.verify`` with ``rule``, claiming ``rule``."""
+def adapter(rule: Rule | str = "sps", device: str = "cpu") -> Adapter:
+    """``sampler.verify`` with ``rule`` on ``device``, claiming ``rule``."""
     parsed = rules.parse(rule) if isinstance(rule, str) else rule
     spec = rules.spec_of(parsed)
     return Adapter(
-        name="cactus-torch",
-        verify=verify_with(parsed),
+        name="cactus-torch" if device == "cpu" else f"cactus-torch ({device})",
+        verify=verify_with(parsed, device),
         rule=spec,
         version=_version(),
         ragged=True,
-        logits=logits_with(parsed),
+        logits=logits_with(parsed, device),
         logits_injects=True,
         notes=(
             "sampler.verify: accept iff u < a_n, emit by inverse CDF; float32 compute; "
