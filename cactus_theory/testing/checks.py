@@ -11,7 +11,8 @@ check                         what must hold (q = target, p = draft, n = drafted
 ============================  =============================================================
 law-is-a-distribution         ``law.output_law`` is finite, >= 0 and sums to 1
 acceptance-in-unit-interval   0 <= a_n <= 1 for every n, and a_n = 0 where p_n = 0
-residuals-are-laws            every r^n a rejection can reach is finite, >= 0, mass > 0
+residuals-are-laws            every r^n a rejection can reach is a law: finite, >= 0,
+                              sums to 1 within 1e-9 (``core.rules.contract``)
 fast-law-equals-enumerated    the closed form (or batched sum) equals the per-token sum
                               Σ_n p_n [a_n e_n + (1 − a_n) r^n], small and large V
 support-only                  (declared) zeros inserted where p = q = 0 change no law

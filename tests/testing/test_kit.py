@@ -210,3 +210,24 @@ def test_a_rule_that_raises_is_reported_by_every_check_and_the_report_is_kept(ca
     out = capsys.readouterr().out
     assert "check_rule(test-kit-raising): FAILED" in out
     assert out.count("raised ZeroDivisionError: half-written acceptance") == 2
+
+
+class HalfResidual(rules.Rule):
+    """SpS's acceptance with half its residual: r^n sums to 0.5."""
+
+    name = "test-kit-half-residual"
+
+    def accept_probs(self, target_probs, draft_probs):
+        return rules.gsps_accept(target_probs, draft_probs)
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return 0.5 * rules.gsps_residual(target_probs, draft_probs)
+
+
+def test_a_residual_that_is_not_a_law_fails_its_check_and_every_law_check():
+    checks = ["residuals-are-laws", "law-is-a-distribution", "fast-law-equals-enumerated"]
+    report = check_rule(HalfResidual(), examples=20, only=checks)
+    assert failed(report) == set(checks)
+    residuals = next(r for r in report.failures if r.name == "residuals-are-laws")
+    assert "residuals_for returned a row that sums to 0.5" in residuals.detail
+    assert residuals.counterexample is not None
