@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         "engines": {
             run_.engine: {
                 "seconds": round(run_.seconds, 1),
+                "cpu_seconds": round(run_.cpu_seconds, 1),
                 "reports": [report.to_dict() for report in run_.reports],
             }
             for run_ in results
@@ -230,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     print("\n" + summary_table(reports) + "\n\n" + acceptance_table(reports))
     for engine, reason in absent.items():
         print(f"{engine}: not run ({reason})")
+    for run_ in results:
+        print(f"{run_.engine}: {run_.seconds:.0f} s wall, {run_.cpu_seconds:.0f} s CPU")
     print(f"done in {time.perf_counter() - started:.0f} s")
     if args.json:
         atomic_write_json(args.json, payload)

@@ -51,10 +51,21 @@ class ScaledAcceptance(Rule):
         return {"factor": self.factor}
 
     def accept_probs(self, target_probs, draft_probs):
-        return self.factor * self.base.accept_probs(target_probs, draft_probs)
+        return self.factor * self.base.accept_probs(*_laws(target_probs, draft_probs))
 
     def residuals_for(self, target_probs, draft_probs, tokens):
-        return self.base.residuals_for(target_probs, draft_probs, tokens)
+        return self.base.residuals_for(*_laws(target_probs, draft_probs), tokens)
+
+
+def _laws(target_probs, draft_probs):
+    """The rows renormalised in float64 (the torch sampler hands a general rule its float32
+    rows, which sum to 1 only within ~1e-7; SpS's contract asks for 1e-9)."""
+    rows = []
+    for probs in (target_probs, draft_probs):
+        probs = np.asarray(probs, dtype=np.float64)
+        total = probs.sum(axis=-1, keepdims=True)
+        rows.append(probs / np.where(total > 0, total, 1.0))
+    return rows
 
 
 def verify_unclamped(

@@ -141,8 +141,12 @@ def decide(
     """
     if recovery not in CONVENTIONS:
         raise ValueError(f"recovery: expected one of {CONVENTIONS}, got {recovery!r}")
+    # The engine's rows in float64, renormalised (a float32 row sums to 1 within ~1e-7;
+    # the rule contract asks for 1e-9; the difference is far inside the near-tie window).
     target = np.asarray(target_probs, dtype=np.float64)
+    target = target / target.sum(axis=-1, keepdims=True)
     draft = np.asarray(draft_probs, dtype=np.float64)
+    draft = draft / np.where(draft.sum(axis=-1, keepdims=True) > 0, draft.sum(-1, keepdims=True), 1)
     ids = np.asarray(draft_ids, dtype=np.int64)
     batch, steps, vocab = draft.shape
     drafts = np.full(batch, steps) if num_drafts is None else np.asarray(num_drafts, np.int64)

@@ -35,11 +35,14 @@ class Budget:
 
 @dataclass
 class EngineRun:
-    """One engine's reports and the wall time of all its variants."""
+    """One engine's reports, the wall time of all its variants (from the run's start to
+    its last variant's end) and the CPU time its variants used (their processes' own
+    user + system time: on a shared machine the wall time says more about the others)."""
 
     engine: str
     reports: list[ConformReport] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 def cpu_name() -> str:
@@ -59,15 +62,16 @@ def cpu_name() -> str:
 
 def _run_variant(
     variant: Variant, budget: Budget, threads: int, device: str = "cpu"
-) -> tuple[ConformReport, float]:
+) -> tuple[ConformReport, float, float]:
+    """(report, wall seconds, CPU seconds of this process) of one variant."""
     import torch
 
     torch.set_num_threads(threads)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     draws = budget.draws if variant.main else budget.rule_draws
     adapter = build(variant, device)
     report = conform(adapter, draws=draws, examples=budget.examples, seed=budget.seed)
-    return report, time.perf_counter() - started
+    return report, time.perf_counter() - started, time.process_time() - cpu
 
 
 def run_engines(
@@ -90,11 +94,12 @@ def run_engines(
 
     by_variant: dict[Variant, ConformReport] = {}
 
-    def done(variant: Variant, report: ConformReport, seconds: float) -> None:
+    def done(variant: Variant, report: ConformReport, seconds: float, cpu: float) -> None:
         by_variant[variant] = report
         finished[variant.engine] += 1
+        runs[variant.engine].cpu_seconds += cpu
         verdict = "passed" if report.passed else f"FAILED ({len(report.failures)})"
-        say(f"{variant.engine} [{variant.key}]: {verdict} in {seconds:.0f} s")
+        say(f"{variant.engine} [{variant.key}]: {verdict} in {seconds:.0f} s ({cpu:.0f} s CPU)")
         if finished[variant.engine] == totals[variant.engine]:
             runs[variant.engine].seconds = time.perf_counter() - started[variant.engine]
 
