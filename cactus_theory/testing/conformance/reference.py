@@ -33,7 +33,12 @@ num_drafts[b] positions and take the bonus from ``target[b, num_drafts[b]]``.
 float64. A row whose accept uniform lies within ``tolerance`` of a_n, or whose sample
 uniform lies within it of a cumulative breakpoint (relative gap of the two best race scores,
 for the race), may decide either way; ``Decisions.margin`` holds each row's smallest such
-distance so the exact tests excuse those rows (and count them).
+distance so the exact tests excuse those rows (and count them). One more tie: a rejection
+whose excess Σ (h − p)_+ is at most ``floor`` (rules with a target h: h = p up to the
+engine's rounding, e.g. interp with p = q, or a target the engine solves for): its residual
+is rounding noise in the engine's precision, so any token of h's or the residual's support
+is a right answer there (``Decisions.dust``, ``allowed``); a token outside both (vLLM
+emitting token 0 of probability 0 when the excess is exactly 0) is still a failure.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cactus_theory.core.rules.base import Rule
+from cactus_theory.core.rules.base import Rule, exact_family
 from cactus_theory.core.verify import PAD_ID, inverse_cdf
 
 INVERSE_CDF = "inverse-cdf"
@@ -96,6 +101,8 @@ class Decisions:
         relative gap); rows with margin <= tolerance may legitimately differ.
     emit_law : [B, V] the law the emitted token was drawn from (residual or bonus row).
     accept_probs : [B, k] the rule's acceptance of each drafted token.
+    dust : [B] bool: the row was rejected with an excess Σ (h − p)_+ at most ``floor``.
+    allowed : [B, V] bool: on a dust row, the tokens of h's or the residual's support.
     """
 
     token_ids: np.ndarray
@@ -103,6 +110,8 @@ class Decisions:
     margin: np.ndarray
     emit_law: np.ndarray
     accept_probs: np.ndarray
+    dust: np.ndarray
+    allowed: np.ndarray
 
 
 def _cdf_margin(law: np.ndarray, uniform: np.ndarray) -> np.ndarray:
@@ -133,11 +142,13 @@ def decide(
     uniforms: Uniforms,
     recovery: str = INVERSE_CDF,
     num_drafts: np.ndarray | None = None,
+    floor: float = 0.0,
 ) -> Decisions:
     """The decisions of ``rule`` for one block (module docstring).
 
     Shapes: target_probs [B, k+1, V], draft_probs [B, k, V] (float64; the exact values the
-    engine was given), draft_ids [B, k], uniforms for [B, k] and V, num_drafts [B] or None.
+    engine was given), draft_ids [B, k], uniforms for [B, k] and V, num_drafts [B] or None;
+    ``floor``: the excess at or below which a residual is rounding noise.
     """
     if recovery not in CONVENTIONS:
         raise ValueError(f"recovery: expected one of {CONVENTIONS}, got {recovery!r}")
@@ -169,12 +180,18 @@ def decide(
     rejected = num_accepted < drafts
     stop = np.minimum(num_accepted, max(steps - 1, 0))
     emit_law = target[rows, np.minimum(drafts, steps)].copy()  # the bonus rows
+    dust = np.zeros(batch, dtype=bool)
+    allowed = np.zeros((batch, vocab), dtype=bool)
     if rejected.any():
         where = rows[rejected]
-        residual = rule.residuals_for(
-            target[where, stop[where]], draft[where, stop[where]], ids[where, stop[where]]
-        )
+        at = (target[where, stop[where]], draft[where, stop[where]], ids[where, stop[where]])
+        residual = rule.residuals_for(*at)
         emit_law[where] = residual
+        if exact_family(rule) in ("target", "branch"):
+            adjusted = rule.targets_for(*at)  # [R, V] the h of each rejected row
+            excess = np.maximum(adjusted - at[1], 0.0).sum(axis=-1)  # [R]
+            dust[where] = excess <= floor
+            allowed[where] = (adjusted > 0) | (residual > 0)
     emit_law = emit_law / emit_law.sum(axis=-1, keepdims=True)
     sample = uniforms.sample
     if recovery == INVERSE_CDF_NEXT_COIN and steps:
@@ -192,4 +209,6 @@ def decide(
     keep = np.arange(steps)[None, :] < num_accepted[:, None]
     token_ids[:, :steps] = np.where(keep, ids, PAD_ID)
     token_ids[rows, num_accepted] = emitted
-    return Decisions(token_ids, num_accepted.astype(np.int64), margin, emit_law, drafted)
+    return Decisions(
+        token_ids, num_accepted.astype(np.int64), margin, emit_law, drafted, dust, allowed
+    )
