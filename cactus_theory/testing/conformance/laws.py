@@ -123,7 +123,7 @@ def sample_case(
     dtype = DTYPES[case.dtype]
     draft_rows = torch.as_tensor(case.draft).to(dtype)  # [k, V]
     draft_law = _normalised(case.draft)
-    draws *= groups  # every settings group gets ``draws`` rows
+    draws = max(1, round(draws * case.share)) * groups  # each settings group its share
     for start in range(0, draws, CHUNK):
         size = min(CHUNK, draws - start)
         ids = _draw_ids(draft_law, generator.random((size, steps)))

@@ -32,6 +32,11 @@ class Budget:
     examples: int = 100
     seed: int = 0
 
+    @property
+    def rule_examples(self) -> int:
+        """Examples per exact property for the other rules: half the main variants'."""
+        return max(1, self.examples // 2)
+
 
 @dataclass
 class EngineRun:
@@ -69,8 +74,9 @@ def _run_variant(
     torch.set_num_threads(threads)
     started, cpu = time.perf_counter(), time.process_time()
     draws = budget.draws if variant.main else budget.rule_draws
+    examples = budget.examples if variant.main else budget.rule_examples
     adapter = build(variant, device)
-    report = conform(adapter, draws=draws, examples=budget.examples, seed=budget.seed)
+    report = conform(adapter, draws=draws, examples=examples, seed=budget.seed)
     return report, time.perf_counter() - started, time.process_time() - cpu
 
 
