@@ -48,24 +48,20 @@ def verify_with(rule: Rule):
         uniforms: Uniforms | None = None,
         num_drafts: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        batch, steps = draft_ids.shape
-        counts = vllm_cpu.counts_of(draft_ids, num_drafts)
-        generators = vllm_cpu.split_generator(generator, batch)
-        ids, _, (draft, target) = vllm_cpu.flatten(draft_ids, counts, draft_probs, target_probs)
-        rows = torch.arange(batch)
-        bonus = vllm_cpu.bonus_tokens(
-            target_probs[rows, torch.tensor(counts)], uniforms, generators
+        steps = draft_ids.shape[1]
+        flat = vllm_cpu.flat_batch(
+            target_probs, draft_probs, draft_ids, generator, uniforms, num_drafts
         )
         result = accept.accept_flat(
             rule,
-            ids.to(torch.int64),
-            counts,
-            target,
-            draft,
-            bonus,
+            flat.ids.to(torch.int64),
+            flat.counts,
+            flat.target,
+            flat.draft,
+            flat.bonus,
             width=steps + 1,
-            uniforms=None if uniforms is None else _padded(uniforms, steps, counts),
-            generators=generators,
+            uniforms=None if uniforms is None else _padded(uniforms, steps, flat.counts),
+            generators=flat.generators,
         )
         return result.token_ids.to(torch.int64), result.num_accepted
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -236,6 +237,41 @@ def counts_of(draft_ids: Tensor, num_drafts: Tensor | None) -> list[int]:
     return [steps] * batch if num_drafts is None else [int(n) for n in num_drafts.tolist()]
 
 
+@dataclass
+class FlatBatch:
+    """A harness block in vLLM's flattened layout: ``counts`` (drafts per request),
+    ``generators`` {row: generator}, ``ids`` [N] int32, ``cumulative`` [B] int32,
+    ``draft`` and ``target`` [N, V] float32, ``bonus`` [B, 1] (drawn from each row's bonus
+    law by the harness's convention)."""
+
+    counts: list[int]
+    generators: dict[int, torch.Generator]
+    ids: Tensor
+    cumulative: Tensor
+    draft: Tensor
+    target: Tensor
+    bonus: Tensor
+
+
+def flat_batch(
+    target_probs: Tensor,
+    draft_probs: Tensor,
+    draft_ids: Tensor,
+    generator: Any,
+    uniforms: Uniforms | None,
+    num_drafts: Tensor | None,
+    device: str = "cpu",
+) -> FlatBatch:
+    """The block of the harness's verify call as vLLM's accept step takes it."""
+    batch = draft_ids.shape[0]
+    counts = counts_of(draft_ids, num_drafts)
+    generators = split_generator(generator, batch, device)
+    ids, cumulative, (draft, target) = flatten(draft_ids, counts, draft_probs, target_probs)
+    bonus_rows = target_probs[torch.arange(batch), torch.tensor(counts)]  # [B, V]
+    bonus = bonus_tokens(bonus_rows, uniforms, generators)
+    return FlatBatch(counts, generators, ids, cumulative, draft, target, bonus)
+
+
 def verify_on(device: str = "cpu"):
     """The harness's verify function for vLLM's ``rejection_sample`` (module docstring),
     running on ``device`` ("cuda": vLLM's Triton kernels)."""
@@ -250,18 +286,17 @@ def verify_on(device: str = "cpu"):
     ) -> tuple[Tensor, Tensor]:
         kernels()
         batch, steps = draft_ids.shape
-        counts = counts_of(draft_ids, num_drafts)
-        generators = split_generator(generator, batch, device)
-        ids, cumulative, (draft, target) = flatten(draft_ids, counts, draft_probs, target_probs)
-        rows = torch.arange(batch)
-        bonus = bonus_tokens(target_probs[rows, torch.tensor(counts)], uniforms, generators)
-        metadata = sampling_metadata(batch, generators=generators, device=device)
-        with injected(uniforms, counts):
+        flat = flat_batch(
+            target_probs, draft_probs, draft_ids, generator, uniforms, num_drafts, device
+        )
+        metadata = sampling_metadata(batch, generators=flat.generators, device=device)
+        with injected(uniforms, flat.counts):
             output = own_rejection_sample()(
-                ids.to(device), counts, max(steps, 1), cumulative.to(device), draft.to(device),
-                torch.log(target).to(device), bonus.to(device), metadata,
+                flat.ids.to(device), flat.counts, max(steps, 1), flat.cumulative.to(device),
+                flat.draft.to(device), torch.log(flat.target).to(device), flat.bonus.to(device),
+                metadata,
             )  # fmt: skip
-        return _accepted(output[:, : steps + 1].cpu(), counts)
+        return _accepted(output[:, : steps + 1].cpu(), flat.counts)
 
     return verify
 
