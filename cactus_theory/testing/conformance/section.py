@@ -11,8 +11,10 @@ against 0.004 for ``cactus conform``'s 10^6). It writes ``out/conformance.json``
      "engines": {engine: [report.to_dict(), ...]}, "missing": {engine: reason},
      "matrix": {"properties", "columns", "cells"}, "acceptance": [rows]}
 
-which ``paper_figs.page_conform.conformance_section`` renders. Measured here: about 40 s
-of one core (transformers about 30 s of it). ``python -m
+which ``paper_figs.page_conform.conformance_section`` renders. Measured on the 2-core AMD
+EPYC this was written on (shared, load about 6): 53 s of CPU in one process (transformers
+with assisted generation nearly all of it; our sampler 6 s), 178 s of wall time under that
+load. ``python -m
 cactus_theory.testing.conformance.section --out DIR`` runs it as a child process.
 """
 
