@@ -18,14 +18,15 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_transformers_accepts_a_draft_its_draft_gives_probability_zero():
     """transformers' ratio target_n / draft_n is inf at draft_n = 0, so that draft is
-    accepted; everything else decides as SpS (exact) and emits SpS's law."""
+    accepted; a rejection whose residual (target − draft)_+ underflows to 0 in float32 makes
+    torch.multinomial raise; everything else decides as SpS (exact) and emits SpS's law."""
     adapter = hf_transformers.adapter(assisted=False)
-    only = ["exact-decisions", "exact-zero-draft", "law-emitted"]
+    only = ["exact-decisions", "exact-zero-draft", "exact-zero-target", "law-emitted"]
     report = conform(adapter, draws=10_000, examples=25, only=only)
     statuses = {result.name: result.status for result in report.results}
-    assert statuses == {**{name: "passed" for name in only}, "exact-zero-draft": "failed"}, str(
-        report
-    )
+    failing = {"exact-zero-draft": "failed", "exact-zero-target": "failed"}
+    assert statuses == {**{name: "passed" for name in only}, **failing}, str(report)
+    assert "raised RuntimeError" in report.failures[1].detail
     example = report.failures[0].counterexample
     ids = np.array(example["draft_ids"])
     draft = np.array(example["draft_probs"])

@@ -15,7 +15,9 @@ the engine see the same law). Drafted ids are drawn from the draft row (``"draft
 put where p_n = 0 (``"zero-draft"``), or where q_n = 0 < p_n with accept uniforms in
 {0, 1e-300, drawn} (``"zero-target"``: the coin boundary of SGLang #35771). Half the
 ``"zero-draft"`` blocks have draft = target, so that the residual (q − p)_+ of the rejected
-p_n = 0 draft is all zero (the rule then emits from q).
+p_n = 0 draft is all zero (the rule then emits from q); half the ``"zero-target"`` blocks
+have draft = target plus 1e-12 on a token q gives 0, drafted there, so that the excess left
+by its rejection is below float32's resolution.
 
 A **law case** is one (target [k+1, V], draft [k, V]) block repeated over many draws
 (``LawCase``); ``law_cases`` builds the suite's cases from a seed.
@@ -94,6 +96,16 @@ def dyadic_row(
     return counts / DYADIC_UNITS
 
 
+def _nudged(target: np.ndarray) -> np.ndarray:
+    """``target`` with 1e-12 moved onto its first zero entry (itself if it has none)."""
+    zeros = np.flatnonzero(target == 0)
+    if zeros.size == 0:
+        return target
+    row = target.copy()
+    row[zeros[0]] = 1e-12
+    return row / row.sum()
+
+
 def _draft_ids(
     target: np.ndarray, draft: np.ndarray, generator: np.random.Generator, mode: str
 ) -> np.ndarray:
@@ -150,6 +162,10 @@ def block_strategy(
         if ids == "zero-draft" and draw(st.booleans()):
             # draft = target: after the rejection of a p_n = 0 draft, (q − p)_+ is all zero.
             pairs = [[(q, q) for q, _ in row] for row in pairs]
+        if ids == "zero-target" and draw(st.booleans()):
+            # draft = target but for 1e-12 on a token q gives 0: rejecting that draft leaves
+            # an excess (q − p)_+ of 1e-12, below float32's resolution.
+            pairs = [[(q, _nudged(q)) for q, _ in row] for row in pairs]
         target = rounded(np.array([[p[0] for p in row] for row in pairs]), dtype)
         draft = rounded(np.array([[p[1] for p in row[:steps]] for row in pairs]), dtype)
         drafted = _draft_ids(target, draft, generator, ids)

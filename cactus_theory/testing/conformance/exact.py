@@ -15,7 +15,8 @@ exact-decisions               rows of every kind, disjoint supports, ids drawn f
 exact-zero-draft              a drafted token with p_n = 0 (must be rejected; the residual
                               (q − p)_+ may then be all zero: the rule emits from q)
 exact-zero-target             a drafted token with q_n = 0 < p_n and accept uniforms 0 or
-                              1e-300: never accepted (SGLang #35771's coin boundary)
+                              1e-300: never accepted (SGLang #35771's coin boundary); half
+                              with p = q but for 1e-12 there (an excess below float32)
 exact-ties                    rows with tied probabilities
 exact-one-hot                 one-hot and near-one-hot rows
 exact-truncated               rows after temperature, top-k and top-p (exact zeros)
