@@ -6,30 +6,11 @@ how often transformers applies the processors to the assistant, and clean argume
 import json
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_pair import save_model
 
 from cactus_theory.cli import dispatch as cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def save_model(folder, tokenizer, seed, layers):
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +23,9 @@ def pair(tmp_path_factory):
     prompts.write_text('"Say hi."\n"Count to three."\n"Name a colour."\n')
     return [
         "--verifier",
-        save_model(root / "verifier", tokenizer, 0, 2),
+        save_model(root / "verifier", tokenizer, len(tokenizer), 0, 2),
         "--draft",
-        save_model(root / "draft", tokenizer, 1, 1),
+        save_model(root / "draft", tokenizer, len(tokenizer), 1, 1),
         "--prompts",
         str(prompts),
     ]

@@ -30,6 +30,8 @@ def make_tokenizer(vocab_size, text=TEXT):
 
 
 def save_model(folder, tokenizer, vocab, seed, layers):
+    """A random Llama of width 32 (``vocab`` tokens, ``layers`` layers) with ``tokenizer``
+    saved to ``folder``; its EOS and padding are the tokenizer's."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -39,9 +41,9 @@ def save_model(folder, tokenizer, vocab, seed, layers):
         num_key_value_heads=4,
         intermediate_size=64,
         max_position_embeddings=256,
-        eos_token_id=0,
-        pad_token_id=0,
-        bos_token_id=0,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
     )
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
