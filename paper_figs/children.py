@@ -2,6 +2,9 @@
 
 - the claims check: ``python -m proofs_check`` (``start_claims``; ``wait_claims`` shows a
   bar over the checks it has cached so far);
+- the conformance section: ``python -m cactus_theory.testing.conformance.section``
+  (``start_conformance``), the engines' verify steps checked against the rules they
+  claim, started once the sweep has freed its core;
 - the real-model section: ``python -m cactus_theory.real.real_model`` (``start_real_model``)
   with a grant of cores (``util.stages.CoreShare``, the file
   ``out/real-model/cores.json``): one core while the sweep and the claims check run,
@@ -261,3 +264,59 @@ def wait_real_model(child: RealModelChild, out: Path, *, progress: bool) -> tupl
     found = {"unavailable": reason}
     atomic_write_json(path, found, indent=1)
     return found, 0.0
+
+
+@dataclass
+class ConformanceChild:
+    """The conformance section in its child process (``start_conformance``)."""
+
+    process: subprocess.Popen
+    log: Path
+    output: Path
+
+    def stop(self) -> None:
+        """Kill the child."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def start_conformance(
+    out: Path, *, quick: bool, lock: int | None = None, command: list[str] | None = None
+) -> ConformanceChild:
+    """Start the conformance section (``cactus_theory.testing.conformance.section``) now,
+    one torch thread, writing ``out/conformance.json`` and its output to
+    ``out/conformance.log``; ``--quick`` draws less (its power is stated on the page).
+    ``command`` replaces the child's command (tests)."""
+    out = Path(out)
+    if command is None:
+        command = [sys.executable, "-m", "cactus_theory.testing.conformance.section"]
+        command += ["--out", str(out)] + (QUICK_CONFORMANCE if quick else [])
+    log = out / "conformance.log"
+    with open(log, "w", encoding="utf-8") as stream:
+        process = subprocess.Popen(
+            command,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=_environment(),
+            pass_fds=() if lock is None else (lock,),
+        )
+    return ConformanceChild(process, log, out / "conformance.json")
+
+
+#: The quick report's conformance budget (draws per law case, blocks per exact property).
+QUICK_CONFORMANCE = ["--draws", "5000", "--examples", "8"]
+
+
+def wait_conformance(child: ConformanceChild) -> dict | None:
+    """``conformance.json``'s content once the child is done, or None when it failed (the
+    page then says the section did not run; the log keeps why)."""
+    import json
+
+    code = child.process.wait()
+    if code != 0 or not child.output.is_file():
+        return None
+    try:
+        return json.loads(child.output.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+from paper_figs import page_conform
 from paper_figs.data import Results
 from paper_figs.figure_kit import Figure
 from paper_figs.page_real import real_model_section
@@ -326,6 +327,7 @@ def render(
         ("real-model", REAL_TITLE),
         ("figures", "Figures"),
         ("engines", "The engines' relaxed rules at equal acceptance"),
+        ("conformance", page_conform.TITLE),
         ("simulation", "Simulation check on i.i.d. sources"),
         ("claims", "Claims"),
         ("data", "Data"),
@@ -350,6 +352,8 @@ def render(
         *(figure_html(figure) for figure in drawn),
         "<h2 id='engines'>The engines' relaxed rules at equal acceptance</h2>",
         engines_table(results),
+        f"<h2 id='conformance'>{page_conform.TITLE}</h2>",
+        page_conform.conformance_section(results.conformance),
         "<h2 id='simulation'>Simulation check on i.i.d. sources</h2>",
         "<p>On a synthetic pool every position draws its (q, p) independently, so the expected "
         "accepted length is exactly Σ_j α^j over j = 1..k with α the pool's mean exact "
@@ -394,7 +398,8 @@ def _run_facts(
 
 
 def _data_files(results: Results) -> tuple[str, ...]:
-    """The files the page links under Data: the sweep's, the real model's, the claims'."""
+    """The files the page links under Data: the sweep's, the real model's (trade-offs and
+    tree trade-off), the conformance section's, the claims'."""
     from sims.sweep_csv import OUTPUT_FILES
 
     real_files: tuple[str, ...] = ()
@@ -402,4 +407,8 @@ def _data_files(results: Results) -> tuple[str, ...]:
         real_files = ("real_model.json",)
         entries = results.real_model.get("tradeoff") or {}
         real_files += tuple(entry["csv"] for entry in entries.values() if entry.get("csv"))
+        tree_csv = (results.real_model.get("trees") or {}).get("csv")
+        real_files += (tree_csv,) if tree_csv else ()
+    if results.conformance is not None:
+        real_files += ("conformance.json",)
     return (*OUTPUT_FILES, *real_files, *CLAIMS_FILES)

@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,14 @@ from pathlib import Path
 from cactus_theory.util.files import atomic_write_json, atomic_write_text
 from cactus_theory.util.process import exclusive_lock, signals_raise_exit
 from paper_figs import figures, figures_real, figures_tradeoff
-from paper_figs.children import start_claims, start_real_model, wait_claims, wait_real_model
+from paper_figs.children import (
+    start_claims,
+    start_conformance,
+    start_real_model,
+    wait_claims,
+    wait_conformance,
+    wait_real_model,
+)
 from paper_figs.data import Results
 from paper_figs.figure_kit import Figure
 from paper_figs.page import render, summary_rows
@@ -79,8 +87,14 @@ def build(
     config=None,
     claims_runner: Callable[..., dict] | None = None,
     real_model: bool | Callable[..., dict] = True,
+    conformance: bool | Callable[..., dict | None] = True,
 ) -> Report:
     """Run everything and write ``out/report.html`` (see the module docstring).
+
+    ``conformance``: run the conformance section (``cactus_theory.testing.conformance.
+    section``: the engines' samplers against the rules they claim) in a child process
+    started when the sweep ends; False skips it, a callable ``(folder, quick) -> data``
+    replaces it, in this process (tests).
 
     ``real_model``: run the real-model section (``cactus_theory.real.real_model``: costs,
     pools, the exact trade-off, the theory check, the decoding table) in a child process
@@ -101,10 +115,14 @@ def build(
     preset = config or (sweep.QUICK if quick else sweep.FULL)
     preset = preset.with_seed(seed)
     with exclusive_lock(folder) as lock, signals_raise_exit():
-        return _build(folder, preset, quick, seed, progress, claims_runner, lock, real_model)
+        return _build(
+            folder, preset, quick, seed, progress, claims_runner, lock, real_model, conformance
+        )
 
 
-def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_model) -> Report:
+def _build(
+    folder, preset, quick, seed, progress, claims_runner, lock, real_model, conformance
+) -> Report:
     timings: dict[str, float] = {}
     start = time.perf_counter()
     pending, real_child = None, None
@@ -115,7 +133,7 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
     try:
         result, claims = _steps(
             folder, preset, quick, seed, progress, claims_runner, pending, real_child,
-            real_model, timings, start,
+            real_model, conformance, timings, start, lock,
         )  # fmt: skip
     except BaseException:
         for child in (real_child, pending):
@@ -126,12 +144,16 @@ def _build(folder, preset, quick, seed, progress, claims_runner, lock, real_mode
 
 
 def _steps(folder, preset, quick, seed, progress, claims_runner, pending, real_child,
-           real_model, timings, start):  # fmt: skip
-    """The sweep, the claims check and the real-model section: (sweep result, claims)."""
+           real_model, conformance, timings, start, lock):  # fmt: skip
+    """The sweep, the claims check, the conformance section and the real-model section:
+    (sweep result, claims)."""
     from sims import sweep
 
     result = sweep.run(preset, folder, progress=progress)
     timings["sweep"] = time.perf_counter() - start
+    conform_child = None
+    if conformance is True:  # on the core the sweep frees
+        conform_child = start_conformance(folder, quick=quick, lock=lock)
     mark = time.perf_counter()
     if pending is None:
         claims = claims_runner(folder, quick=quick, seed=seed, progress=progress)
@@ -141,6 +163,18 @@ def _steps(folder, preset, quick, seed, progress, claims_runner, pending, real_c
             pending, folder, quick=quick, seed=seed, progress=progress
         )
         timings["claims_wait"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    try:
+        if conform_child is not None:
+            if progress:
+                print("waiting for the conformance section", file=sys.stderr, flush=True)
+            _write_conformance(folder, wait_conformance(conform_child))
+        elif callable(conformance):
+            _write_conformance(folder, conformance(folder, quick=quick))
+    finally:
+        if conform_child is not None:
+            conform_child.stop()
+    timings["conformance_wait"] = time.perf_counter() - mark
     if real_child is not None:  # the sweep and the claims are done: the machine is its
         real_child.grant(os.cpu_count() or 1, quiet=True)
     found = None
@@ -242,6 +276,15 @@ def draw_figures(results: Results, claims: dict, folder: Path) -> list[Figure]:
     if khisti:
         drawn.append(figures_trees.figure_khisti(khisti, folder, "fig9_khisti"))
     return drawn
+
+
+def _write_conformance(folder: Path, data: dict | None) -> None:
+    """The conformance section's data where the page reads it (``conformance.json``); a
+    failed section leaves none (the page says it did not run)."""
+    if data is None:
+        (folder / "conformance.json").unlink(missing_ok=True)
+    else:
+        atomic_write_json(folder / "conformance.json", data)
 
 
 def _speed_rows(real_model: dict | None) -> list:

@@ -182,7 +182,12 @@ FAKE_REAL_MODEL = {
         }
     },
     "speed": FAKE_SPEED,
-    "trees": {"dataset": "mt-bench", "document": FAKE_TREES, "csv": "t.csv", "seconds": 1.0},
+    "trees": {
+        "dataset": "mt-bench",
+        "document": FAKE_TREES,
+        "csv": "real-tree-tradeoff-mt-bench.csv",
+        "seconds": 1.0,
+    },
     "costs": FAKE_SPEED["costs"],
     "timings": {"load": 1.0, "pools": 2.0, "theory": 0.5, "speed": 3.0},
 }
@@ -192,5 +197,32 @@ def fake_real_model(folder, *, quick, progress):
     from cactus_theory.real import tradeoff
 
     (folder / "real_model.json").write_text(json.dumps(FAKE_REAL_MODEL))
+    from cactus_theory.real import tree_tradeoff
+
     (folder / "real-tradeoff-mt-bench.csv").write_text(tradeoff.csv_text(FAKE_DOCUMENT))
+    (folder / "real-tree-tradeoff-mt-bench.csv").write_text(tree_tradeoff.csv_text(FAKE_TREES))
     return FAKE_REAL_MODEL
+
+
+FAKE_CONFORMANCE = {
+    "cpu": "a CPU (2 cores)",
+    "budget": {"draws": 100, "examples": 2, "seed": 0},
+    "seconds": 1.0,
+    "engines": {
+        "cactus-torch": [
+            {
+                "engine": "cactus-torch",
+                "version": "0",
+                "rule": "sps",
+                "properties": [{"name": "law-emitted", "status": "passed", "detail": "ok"}],
+            }
+        ]
+    },
+    "missing": {"vllm": "not importable here"},
+    "matrix": {"properties": ["law-emitted"], "columns": ["cactus-torch"], "cells": [["pass"]]},
+    "acceptance": [],
+}
+
+
+def fake_conformance(folder, *, quick):
+    return FAKE_CONFORMANCE

@@ -14,6 +14,7 @@ from report_fixtures import (
     FAKE_DOCUMENT,
     FAKE_REAL_MODEL,
     fake_claims,
+    fake_conformance,
     fake_real_model,
 )
 
@@ -35,6 +36,7 @@ def built(tmp_path_factory):
         config=sweep.TINY,
         claims_runner=fake_claims,
         real_model=fake_real_model,
+        conformance=fake_conformance,
     )
     return folder, result
 
@@ -158,6 +160,9 @@ def test_the_real_model_section_is_on_the_page(built):
         section
     )
     assert "The predicted speed-up against a measured one" in section
+    # The conformance section: the engines present and the matrix.
+    assert "Engines' samplers: conformance" in page and "not importable here" in page
+    assert json.loads((folder / "conformance.json").read_text())["engines"]
     # Tree rules on the same pool: the figure and the top-K table.
     assert (
         "figures/real_tree_tradeoff.png" in section and "Tree verification on MT-Bench" in section
@@ -250,6 +255,7 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
             progress=False,
             config=sweep.TINY,
             real_model=False,
+            conformance=False,
         )
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started

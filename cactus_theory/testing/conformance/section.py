@@ -87,4 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from cactus_theory.util.process import exit_with_parent
+
+    exit_with_parent()  # a child of `cactus report` must not outlive it
     raise SystemExit(main())
