@@ -229,8 +229,14 @@ def explain(row: dict) -> str:
     if predicted is None:
         return f"{measured_text}; no pool α for this rule, so no prediction"
     value = predicted["median"]
-    if low <= value <= high or _within(measured, predicted):
-        return f"predicted {value:.2f}x and {measured_text} agree within the interval"
+    if low <= value <= high:
+        return f"predicted {value:.2f}x lies within the {measured_text}: they agree"
+    if _within(measured, predicted):
+        return (
+            f"{measured_text} lies within the prediction's interval "
+            f"[{predicted['low']:.2f}, {predicted['high']:.2f}] (median {value:.2f}x, over the "
+            "rounds' costs): they agree"
+        )
     parts = [f"predicted {value:.2f}x from the pool, {measured_text}"]
     al, predicted_al = row["acceptance_length"], row["predicted_al"]
     alphas = ", ".join("-" if a is None else f"{a:.2f}" for a in row["alpha_by_position"])

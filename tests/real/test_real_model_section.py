@@ -238,7 +238,12 @@ def test_explain_says_what_separates_prediction_and_measurement():
     )
     row["predicted"] = {"median": 1.12, "low": 1.0, "high": 1.3}
     assert speed_check.explain(row) == (
-        "predicted 1.12x and measured 1.10x [1.02, 1.18] agree within the interval"
+        "predicted 1.12x lies within the measured 1.10x [1.02, 1.18]: they agree"
+    )
+    row["predicted"] = {"median": 1.22, "low": 1.05, "high": 1.3}  # outside [1.02, 1.18]
+    assert speed_check.explain(row) == (
+        "measured 1.10x [1.02, 1.18] lies within the prediction's interval [1.05, 1.30] "
+        "(median 1.22x, over the rounds' costs): they agree"
     )
 
 
