@@ -263,8 +263,10 @@ class FeatureDraftCache(CachedModel):
         """Drop every drafting slot; the committed d_1 .. d_a and the emitted token become
         pending, with the verifier's features of the positions before them
         (``features`` [B, K+1, H] of the verify block [last, d_1 .. d_K])."""
-        if self.drafted:
-            self.keep(torch.zeros_like(draft_ids[:, : self.drafted], dtype=torch.bool))
+        if self.drafted:  # a chain's drafting slots, or a tree's (every level's frontier)
+            self.keep(
+                torch.zeros(len(accepted), self.drafted, dtype=torch.bool, device=accepted.device)
+            )
         self.drafted = 0
         width = int(accepted.max()) + 1  # m = the most committed tokens of a row
         offsets = torch.arange(width, device=accepted.device)[None, :]  # [1, m]
