@@ -107,7 +107,7 @@ BESIDE = {
 }
 #: The core modules that are also real submodules of the package root
 #: (``cactus_theory/rules.py`` is ``cactus_theory.core.rules``).
-ROOT_MODULES = {"divergences", "law", "rules"}
+ROOT_MODULES = {"divergences", "law", "rules", "trees"}
 #: Our packages outside cactus_theory, and the heavy libraries a layer below cli must
 #: never name.
 OURS = ("cactus_theory", "proofs_check", "sims", "paper_figs")

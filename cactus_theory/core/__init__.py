@@ -8,7 +8,8 @@
 - ``block``: accepted-length law, E[L], tokens per call, speed-up, best k;
 - ``processors``: temperature, top-k, top-p (the reference the torch processors mirror);
 - ``verify``: one verification step from explicit uniforms (the torch sampler's oracle);
-- ``validate``: input checks raising ``ValueError`` that names the argument.
+- ``validate``: input checks raising ``ValueError`` that names the argument;
+- ``trees``: multi-draft (tree) verification: nodes, tree rules, exact node laws.
 
 The torch export (``cactus_theory.sampler``) mirrors these modules file for file.
 """
@@ -21,6 +22,7 @@ from cactus_theory.core import (
     processors,
     roots,
     rules,
+    trees,
     validate,
     verify,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "processors",
     "roots",
     "rules",
+    "trees",
     "validate",
     "verify",
 ]

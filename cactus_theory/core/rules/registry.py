@@ -23,6 +23,13 @@ Parameters: ``make(name, **params)`` takes the keyword parameters of the rule's
 ``__init__``; ``parse("name:key=value,...")`` converts each value to the type its
 ``__init__`` annotation declares (``int``, ``float``, ``str``, ``bool``; ``float`` when
 unannotated). ``*args``/``**kwargs`` in a rule's ``__init__`` are refused at registration.
+A class whose ``spec_rest`` names one parameter takes the whole rest of its spec as that
+parameter's value (``"lift:cactus:delta=0.5"``: a tree rule built from a chain spec).
+
+Kinds: the registry holds one ``Kind`` per base class, the chain rules (``RULES``, the
+module-level functions) and any kind added with ``add_kind`` (the tree rules of
+``cactus_theory.core.trees``). Discovery is shared: a plug-in module may register rules
+of every kind, and an entry point may name a class of any kind.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import sys
 import types
 import typing
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +60,40 @@ BUNDLED = ("cactus_theory.engines",)
 #: What a rule name may look like (it must survive a spec: no ':', ',', '=' or spaces).
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
 
-REGISTRY: dict[str, type[Rule]] = {}
-_BUILTIN_NAMES: set[str] = set()
-_PROVIDERS: dict[str, str] = {}
-#: The rules each plug-in source registered when it was loaded (a module is imported once,
-#: so after ``refresh`` its rules are registered again from here).
-_LOADED: dict[str, list[type[Rule]]] = {}
+
+@dataclass(eq=False)
+class Kind:
+    """One kind of registered class: its base class and its names (``registry``), the
+    built-in names (kept by ``refresh``) and who provided each name."""
+
+    noun: str  # "rule", "tree rule": how messages name one
+    base: type  # every class of this kind subclasses it
+    base_name: str  # how users write the base, e.g. "rules.Rule"
+    registry: dict[str, type] = field(default_factory=dict)
+    builtin: set[str] = field(default_factory=set)
+    providers: dict[str, str] = field(default_factory=dict)
+
+
+#: The chain rules (``rules.register``, ``rules.make``, ...).
+RULES = Kind("rule", Rule, "rules.Rule")
+#: Every kind, chain rules first (``add_kind`` adds one).
+KINDS: list[Kind] = [RULES]
+REGISTRY: dict[str, type[Rule]] = RULES.registry
+_BUILTIN_NAMES: set[str] = RULES.builtin
+_PROVIDERS: dict[str, str] = RULES.providers
+#: The classes (with their kind) each plug-in source registered when it was loaded (a
+#: module is imported once, so after ``refresh`` its rules are registered again from here).
+_LOADED: dict[str, list[tuple[Kind, type]]] = {}
 _discovered = False
 _discovering = False
+
+
+def add_kind(kind: Kind) -> Kind:
+    """Add a kind of registered class (once; returns it). Its plug-ins are found by the
+    same discovery as the chain rules'."""
+    if all(kind is not known for known in KINDS):
+        KINDS.append(kind)
+    return kind
 
 
 # --- registration -------------------------------------------------------------------------
@@ -83,15 +117,15 @@ def _parameters(cls: type[Rule]) -> dict[str, inspect.Parameter]:
     return named
 
 
-def register(cls: type[Rule], *, provider: str | None = None) -> type[Rule]:
+def register(cls: type[Rule], *, provider: str | None = None, kind: Kind = RULES) -> type[Rule]:
     """Add the rule class ``cls`` under ``cls.name``; returns ``cls`` (usable as a decorator).
 
-    ValueError when ``cls`` is not a concrete ``Rule`` subclass, its name is not a valid rule
-    name, its ``__init__`` takes ``*args``/``**kwargs``, or the name is taken by another
-    class. Registering the same class twice is a no-op.
+    ValueError when ``cls`` is not a concrete subclass of the kind's base (``Rule``), its
+    name is not a valid rule name, its ``__init__`` takes ``*args``/``**kwargs``, or the name
+    is taken by another class. Registering the same class twice is a no-op.
     """
-    if not (isinstance(cls, type) and issubclass(cls, Rule)):
-        raise ValueError(f"cls: expected a subclass of rules.Rule, got {cls!r}")
+    if not (isinstance(cls, type) and issubclass(cls, kind.base)):
+        raise ValueError(f"cls: expected a subclass of {kind.base_name}, got {cls!r}")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(
@@ -102,16 +136,16 @@ def register(cls: type[Rule], *, provider: str | None = None) -> type[Rule]:
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ValueError(f"cls: {cls.__name__} is abstract; it must define {missing}")
     _parameters(cls)
-    existing = REGISTRY.get(name)
+    existing = kind.registry.get(name)
     if existing is cls:
         return cls
     if existing is not None:
         raise ValueError(
-            f"name: rule {name!r} is already registered ({_describe(existing)}); "
+            f"name: {kind.noun} {name!r} is already registered ({_describe(existing)}); "
             f"choose another name for {_describe(cls)}"
         )
-    REGISTRY[name] = cls
-    _PROVIDERS[name] = provider or _describe(cls)
+    kind.registry[name] = cls
+    kind.providers[name] = provider or _describe(cls)
     return cls
 
 
@@ -136,10 +170,10 @@ def _register_builtins() -> None:
 # --- discovery ------------------------------------------------------------------------------
 
 
-def names() -> tuple[str, ...]:
+def names(kind: Kind = RULES) -> tuple[str, ...]:
     """Every registered rule name (built-ins first), after discovery."""
     discover()
-    return tuple(REGISTRY)
+    return tuple(kind.registry)
 
 
 def discover() -> None:
@@ -162,15 +196,16 @@ def discover() -> None:
 def refresh() -> None:
     """Forget every rule that is not built in, and discover the plug-ins again."""
     global _discovered
-    for name in [name for name in REGISTRY if name not in _BUILTIN_NAMES]:
-        del REGISTRY[name]
-        _PROVIDERS.pop(name, None)
+    for kind in KINDS:
+        for name in [name for name in kind.registry if name not in kind.builtin]:
+            del kind.registry[name]
+            kind.providers.pop(name, None)
     _discovered = False
     discover()
 
 
 def _load_plugin(source: str, load: typing.Callable[[], object]) -> None:
-    """Load one plug-in: a Rule subclass is registered, a module registers itself. A
+    """Load one plug-in: a rule class (of any kind) is registered, a module registers itself. A
     failure or a clash with a registered name is a RuntimeWarning; discovery goes on."""
     try:
         _load_recorded(source, load)
@@ -186,14 +221,20 @@ def _load_recorded(source: str, load: typing.Callable[[], object]) -> None:
     """Load a plug-in once and remember what it registered; a source loaded before has its
     rules registered again (its module is cached, so importing it would do nothing)."""
     if source in _LOADED:
-        for cls in _LOADED[source]:
-            register(cls, provider=source)
+        for kind, cls in _LOADED[source]:
+            register(cls, provider=source, kind=kind)
         return
-    before = dict(REGISTRY)
+    before = {id(kind): dict(kind.registry) for kind in KINDS}
     loaded = load()
-    if isinstance(loaded, type) and issubclass(loaded, Rule):
-        register(loaded, provider=source)
-    _LOADED[source] = [cls for name, cls in REGISTRY.items() if before.get(name) is not cls]
+    for kind in KINDS:
+        if isinstance(loaded, type) and issubclass(loaded, kind.base):
+            register(loaded, provider=source, kind=kind)
+    _LOADED[source] = [
+        (kind, cls)
+        for kind in KINDS
+        for name, cls in kind.registry.items()
+        if before.get(id(kind), {}).get(name) is not cls
+    ]
 
 
 def _env_modules() -> list[str]:
@@ -210,7 +251,7 @@ def load_modules(
     to ``CACTUS_RULES_MODULES`` (paths made absolute), so that child processes started
     afterwards (vLLM's engine and workers, the report's claims check) import them too."""
     modules = list(modules)
-    before = set(REGISTRY)
+    before = {(id(kind), name) for kind in KINDS for name in kind.registry}
     for module in modules:
         try:
             _load_recorded(module, functools.partial(_import, module))
@@ -225,7 +266,7 @@ def load_modules(
         shared = [os.path.abspath(item) if item.endswith(".py") else item for item in modules]
         present = _env_modules()
         os.environ[ENV_MODULES] = ",".join(dict.fromkeys(present + shared))
-    return [name for name in REGISTRY if name not in before]
+    return [name for kind in KINDS for name in kind.registry if (id(kind), name) not in before]
 
 
 def _import(module: str) -> types.ModuleType:
@@ -261,15 +302,15 @@ def _import(module: str) -> types.ModuleType:
 # --- specs ----------------------------------------------------------------------------------
 
 
-def rule_class(name: str) -> type[Rule]:
+def rule_class(name: str, kind: Kind = RULES) -> type[Rule]:
     """The class registered as ``name`` (ValueError listing the names when unknown)."""
     if not isinstance(name, str):
-        raise ValueError(f"name: expected a rule name, got {type(name).__name__}")
-    if name not in REGISTRY:
+        raise ValueError(f"name: expected a {kind.noun} name, got {type(name).__name__}")
+    if name not in kind.registry:
         discover()
-    if name not in REGISTRY:
-        raise ValueError(f"name: unknown rule {name!r}; choose one of {names()}")
-    return REGISTRY[name]
+    if name not in kind.registry:
+        raise ValueError(f"name: unknown {kind.noun} {name!r}; choose one of {names(kind)}")
+    return kind.registry[name]
 
 
 def make(name: str, **params: Any) -> Rule:
@@ -278,7 +319,12 @@ def make(name: str, **params: Any) -> Rule:
     Raises ``ValueError`` for an unknown name, an unknown or missing parameter, or a bad
     value (δ < 0, α outside [0, 1], k < 1, ...).
     """
-    cls = rule_class(name)
+    return make_kind(RULES, name, params)
+
+
+def make_kind(kind: Kind, name: str, params: dict[str, Any]) -> Any:
+    """``make`` for the rules of ``kind``."""
+    cls = rule_class(name, kind)
     named = {
         key: parameter
         for key, parameter in _parameters(cls).items()
@@ -289,7 +335,7 @@ def make(name: str, **params: Any) -> Rule:
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ValueError(
-            f"{unknown[0]}: not a parameter of rule {name!r} (it takes {accepted or 'none'})"
+            f"{unknown[0]}: not a parameter of {kind.noun} {name!r} (it takes {accepted or 'none'})"
         )
     missing = [
         key
@@ -297,13 +343,13 @@ def make(name: str, **params: Any) -> Rule:
         if parameter.default is inspect.Parameter.empty and key not in params
     ]
     if missing:
-        raise ValueError(f"{missing[0]}: rule {name!r} needs this parameter")
+        raise ValueError(f"{missing[0]}: {kind.noun} {name!r} needs this parameter")
     try:
         return cls(**params)
     except ValueError:
         raise
     except TypeError as error:  # a user's __init__ rejecting a value's type
-        raise ValueError(f"params: rule {name!r} rejected {params}: {error}") from None
+        raise ValueError(f"params: {kind.noun} {name!r} rejected {params}: {error}") from None
 
 
 def parameter_types(cls: type[Rule]) -> dict[str, type]:
@@ -347,10 +393,18 @@ def parse(spec: str) -> Rule:
     (``parameter_types``). A key given twice is an error, not "last one wins". Names are
     looked up in the registry only: a spec never imports anything.
     """
+    return parse_kind(RULES, spec)
+
+
+def parse_kind(kind: Kind, spec: str) -> Any:
+    """``parse`` for the rules of ``kind``."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"spec: expected 'name' or 'name:key=value,...', got {spec!r}")
     name, _, rest = spec.partition(":")
-    cls = rule_class(name.strip())
+    cls = rule_class(name.strip(), kind)
+    whole = getattr(cls, "spec_rest", None)
+    if whole is not None:  # the rest of the spec is one parameter's value
+        return make_kind(kind, name.strip(), {whole: rest.strip()} if rest.strip() else {})
     kinds = parameter_types(cls)
     params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
@@ -361,12 +415,15 @@ def parse(spec: str) -> Rule:
         if key in params:
             raise ValueError(f"{key}: given twice in {spec!r}")
         params[key] = _convert(key, value, kinds.get(key, float), spec)
-    return make(name.strip(), **params)
+    return make_kind(kind, name.strip(), params)
 
 
 def spec_of(rule: Rule) -> str:
     """The string ``parse`` accepts for ``rule``, e.g. ``"cactus:delta=0.5"``."""
     params = rule.params()
+    whole = getattr(rule, "spec_rest", None)
+    if whole is not None:
+        return rule.name + ":" + str(params[whole])
     if not params:
         return rule.name
     return rule.name + ":" + ",".join(f"{key}={value}" for key, value in params.items())
