@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from cactus_theory.core.rules.sps import SpS
-from cactus_theory.core.trees import lift
+from cactus_theory.core.trees import LiftedRule, lift
 from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule
 from cactus_theory.decode.budget import LADDER_HALVINGS
 from cactus_theory.decode.budget import ladder as chain_ladder
@@ -34,7 +34,7 @@ Tensor = torch.Tensor
 
 def tree_ladder(rule: TreeRule) -> list[TreeRule]:
     """The rules ``TreeBudget`` tries in order (module docstring)."""
-    chain = getattr(rule, "chain_rule", None)
+    chain = rule.chain if isinstance(rule, LiftedRule) else None
     if chain is not None:
         return [lift(step) for step in chain_ladder(chain)]
     steps = [rule]

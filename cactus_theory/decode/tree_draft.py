@@ -11,9 +11,12 @@ its children:
 - deterministic: the draft's top-K by logit, which is the top-K of the processed law p
   with ties among p = 0 broken by the logits (the walk may accept a child with p = 0: a
   deterministic rule reads q only);
-- sampled: K draws from p by inverse CDF (with replacement, or each from p without the
-  earlier draws, renormalised: ``core.trees.base.proposals``), with uniforms from the row's
-  own stream (``tree_steps.RowStreams``), so a row's tree does not depend on its batch.
+- sampled: child i by inverse CDF from its proposal π_i with a uniform of its own
+  (``core.trees.sample.draft_children``; ``core.trees.base.proposals``): p (with
+  replacement), p without the earlier children (without replacement), or SpecHub's pair
+  (``hub``: x_1 ~ p, then the hub a = argmax p, or p without a when x_1 = a). Uniforms
+  come from the row's own stream (``tree_steps.RowStreams``), so a row's tree does not
+  depend on its batch.
 
 Static templates (``tree_shape``) give each frontier node its number of children. A
 dynamic tree (EAGLE-2) expands, at each level, the ``top`` candidates of the level with
@@ -37,7 +40,12 @@ from dataclasses import dataclass
 import torch
 
 from cactus_theory import sampler
-from cactus_theory.core.trees.base import DETERMINISTIC, WITHOUT_REPLACEMENT
+from cactus_theory.core.trees.base import (
+    DETERMINISTIC,
+    HUB,
+    WITH_REPLACEMENT,
+    WITHOUT_REPLACEMENT,
+)
 from cactus_theory.decode.tree_cache import forward_tree
 from cactus_theory.decode.tree_shape import TreeShape
 from cactus_theory.sampler.processors import process_logits
@@ -164,14 +172,20 @@ def choose_children(
         return logits.topk(width, dim=-1).indices, None
     law = process_logits(logits, prepared.processors)  # [A, F, V]
     rows, frontier, vocab = law.shape
-    uniforms = draws(frontier * width, need).reshape(rows, frontier, width)  # [A, F, K]
-    remaining = law.reshape(rows * frontier, vocab).clone()  # [A·F, V]
+    uniforms = draws(frontier * width, need).reshape(rows * frontier, width)  # [A·F, K]
+    flat = law.reshape(rows * frontier, vocab)  # [A·F, V]
+    remaining = flat.clone() if scheme != WITH_REPLACEMENT else flat
     chosen = []
     for rank in range(width):
-        token = sampler.inverse_cdf(remaining, uniforms[..., rank].reshape(-1))  # [A·F]
+        token = sampler.inverse_cdf(remaining, uniforms[:, rank])  # [A·F]
+        if scheme == HUB and rank == 1:  # the hub a = argmax p unless the first draft was a
+            hub = flat.argmax(dim=-1)  # [A·F]
+            token = torch.where(chosen[0] != hub, hub, token)
         chosen.append(token)
         if scheme == WITHOUT_REPLACEMENT:
             remaining.scatter_(1, token[:, None], 0.0)
+        elif scheme == HUB and rank == 0:  # the second draft of a hub first draft: p without a
+            remaining.scatter_(1, flat.argmax(dim=-1)[:, None], 0.0)
     return torch.stack(chosen, dim=-1).reshape(rows, frontier, width), law
 
 

@@ -14,7 +14,8 @@
 
 Children are the draft's top-K (``children="deterministic"``, the default: EAGLE, SGLang,
 vLLM) or K draws from the draft's processed law (``"with-replacement"``: SpecInfer;
-``"without-replacement"``: Sequoia), per ``cactus_theory.core.trees.base``. Dynamic trees
+``"without-replacement"``: Sequoia; ``"hub"``: SpecHub's pair, 2 children per node), per
+``cactus_theory.core.trees.base``. Dynamic trees
 rank nodes by the draft's path probability, so they draft deterministic children.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES
+from cactus_theory.core.trees.base import DETERMINISTIC, HUB, SCHEMES
 
 #: The most nodes (beyond the root) a tree may have.
 MAX_NODES = 256
@@ -199,4 +200,14 @@ def check_children(children: str, shape: TreeShape | None) -> str:
             "children: a dynamic tree ranks nodes by the draft's path probability and drafts "
             f"deterministic children; got {children!r}"
         )
+    if shape is not None and children == HUB:
+        if shape.parents is None:
+            raise ValueError("children: the hub scheme drafts 2 children per node; give a "
+                             "static tree (e.g. '2,2,2')")  # fmt: skip
+        counts = {parent: shape.parents.count(parent) for parent in set(shape.parents)}
+        if set(counts.values()) != {2}:
+            raise ValueError(
+                f"children: the hub scheme (SpecHub) drafts 2 children per node, but "
+                f"{shape.spec!r} gives some node {sorted(set(counts.values()) - {2})} children"
+            )
     return children

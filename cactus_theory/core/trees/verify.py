@@ -9,14 +9,14 @@ them out by rank: the draft's top-1 first). ``target_probs[j]`` is the verifier'
 of the token after node j's path; ``draft_probs[j]`` the draft's law p there, which the
 children of j were drafted from (read only by sampled schemes).
 
-The walk (``cactus_theory.core.trees.base``): at the current node with children
-x = (x_1..x_K), the tree rule gives the sequential acceptances a [K] and the residual r;
-one uniform ``decide_uniforms[b, d]`` (d = the node's depth) picks the outcome with
-``base.decide`` (end at child i iff C_{i−1} <= u < C_i, C_i = 1 − Π_{j<=i}(1 − a_j); K:
-reject every child). At an accepted child the walk moves there and goes on; when every
-child is rejected the emitted token is drawn from r, and at a node without children (a
-leaf, or a node of a truncated row) the bonus token is drawn from q at that node, both by
-inverse CDF with ``sample_uniforms[b]`` (``core.verify.inverse_cdf``). A chain of k drafts
+The walk: at the current node with children x = (x_1..x_K), the node is verified by the
+numpy node sampler (``core.trees.sample.verify_node``: the rule's sequential acceptances,
+one uniform ``decide_uniforms[b, d]`` for the node at depth d through ``base.decide``,
+the final residual drawn with ``sample_uniforms[b]``). At an accepted child the walk moves
+there and goes on; when every child is rejected the emitted token is the residual's draw,
+and at a node without children (a leaf, or a node of a truncated row) the bonus token is
+drawn from q at that node by inverse CDF with ``sample_uniforms[b]``
+(``core.verify.inverse_cdf``). Only the node where the walk stops uses the sample uniform. A chain of k drafts
 is the tree where every node has one child, and the walk is then ``core.verify.
 verify_block`` with ``accept_uniforms = decide_uniforms``.
 
@@ -33,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory.core import validate
-from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, TreeRule, decide, proposals
+from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, Node, TreeRule
+from cactus_theory.core.trees.sample import verify_node
 from cactus_theory.core.verify import PAD_ID, inverse_cdf
 
 Array = np.ndarray
@@ -130,28 +131,31 @@ def verify_tree(
     token_ids = np.full((batch, levels + 1), PAD_ID, dtype=np.int64)
     path = np.full((batch, levels + 1), -1, dtype=np.int64)
     num_accepted = np.zeros(batch, dtype=np.int64)
-    emit_law = np.zeros((batch, vocab))
     for row in range(batch):
         node, depth = 0, 0
         path[row, 0] = 0
         while True:
             kids = children_of(table, row, node)
             if kids.size == 0:  # a leaf: the bonus token from q at the node
-                emit_law[row] = target[row, node]
+                token = int(inverse_cdf(target[row, node], sample_u[row]))
                 break
             drafted = ids[row, kids].astype(np.int64)  # [K]
-            proposal_rows = proposals(draft[row, node], drafted, scheme)  # [K, V]
-            accepts = rule.sibling_accepts(target[row, node], proposal_rows, drafted)  # [K]
-            outcome = int(decide(np.asarray(accepts), decide_u[row, depth]))
-            if outcome == kids.size:  # every child rejected: the residual
-                emit_law[row] = rule.final_residual(target[row, node], proposal_rows, drafted)
+            if scheme == DETERMINISTIC:
+                here = Node(target=target[row, node], draft=draft[row, node], children=drafted)
+            else:
+                here = Node(target=target[row, node], draft=draft[row, node], k=kids.size,
+                            scheme=scheme)  # fmt: skip
+            outcome, token = verify_node(
+                rule, here, drafted, decide_u[row, depth], sample_u[row]
+            )  # the sample uniform is used only where the walk stops
+            if int(outcome) == kids.size:  # every child rejected: the residual's draw
+                token = int(token)
                 break
-            node, depth = int(kids[outcome]), depth + 1
+            node, depth = int(kids[int(outcome)]), depth + 1
             token_ids[row, depth - 1] = ids[row, node]
             path[row, depth] = node
         num_accepted[row] = depth
-    emitted = inverse_cdf(emit_law, sample_u)
-    token_ids[np.arange(batch), num_accepted] = emitted
+        token_ids[row, depth] = token
     return token_ids, num_accepted, path
 
 
