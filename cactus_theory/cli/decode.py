@@ -37,6 +37,13 @@ import dataclasses
 import sys
 from collections.abc import Callable
 
+from cactus_theory.cli.tree_args import (
+    add_tree_arguments,
+    choose_auto,
+    is_tree_rule,
+    tree_costs,
+    tree_summary_lines,
+)
 from cactus_theory.core import rules
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
 from cactus_theory.decode.runs import (
@@ -179,6 +186,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the generations")
     parser.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    add_tree_arguments(parser)
+
+
+def spec_of_any(rule) -> str:
+    """The spec of a chain rule or of a tree rule."""
+    from cactus_theory.core import trees
+
+    return rules.spec_of(rule) if isinstance(rule, rules.Rule) else trees.spec_of(rule)
 
 
 def rule_from_args(args: argparse.Namespace) -> rules.Rule:
@@ -188,6 +203,16 @@ def rule_from_args(args: argparse.Namespace) -> rules.Rule:
     from cactus_theory.decode import parse_rule
 
     spec = args.rule
+    if is_tree_rule(spec):  # a tree rule (walk, rrs, ...): only with --tree
+        from cactus_theory.core import trees
+
+        if not getattr(args, "tree", None):
+            raise ValueError(f"rule: {spec!r} is a tree rule; give --tree (e.g. --tree 4,2,1)")
+        extra = [f"{key}={getattr(args, key)}" for key in PARAMETER_FLAGS
+                 if getattr(args, key, None) is not None]  # fmt: skip
+        if extra:
+            spec += ("," if ":" in spec else ":") + ",".join(extra)
+        return trees.parse(spec)
     if spec is None:
         delta = DEFAULT_DELTA if args.delta is None else args.delta
         spec, args = f"{DEFAULT_RULE}:delta={delta}", argparse.Namespace(**vars(args))
@@ -292,6 +317,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         seed=args.seed,
         divergence=not getattr(args, "no_divergence", False),
         max_kl=getattr(args, "max_kl", None),
+        tree=tree if isinstance(tree := getattr(args, "tree", None), str) else None,
+        children=getattr(args, "children", "deterministic"),
     )
 
 
@@ -368,19 +395,30 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
     k = validate.positive_int("k", args.k)
     if args.max_kl is not None and args.no_divergence:
         raise ValueError("max_kl: needs the divergence meter (drop --no-divergence)")
+    tree_choice = None
+    if args.tree:
+        from cactus_theory.decode.tree_shape import check_children, parse_tree
+
+        check_children(args.children, parse_tree(args.tree))
     setup = setup_from_args(args, default_pair)
     settings = run_settings(args)
+    if args.tree and args.tree.startswith("auto"):
+        chosen, tree_choice = choose_auto(setup, settings, rule, args.tree, args.children)
+        args.tree = chosen
+        settings = run_settings(args)
     warm_up(setup, settings, rule, k)
     speculative = run_prompts(setup, settings, rule, k, baseline=False)
     baseline = None if args.no_baseline else run_prompts(setup, settings, rule, k, baseline=True)
     bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    longest = max([k if not args.tree else 0, *speculative.accepted])
     if not args.quiet:
         for index, (prompt, text) in enumerate(zip(setup.prompts, speculative.texts, strict=True)):
             print(f"--- prompt {index + 1} ---\n{prompt}\n{bold}{text}{plain}")
     settings = f"T={args.temperature:g}, top-k={args.top_k or 'off'}, top-p={args.top_p:g}"
     cap = "" if args.max_kl is None else f", max KL {args.max_kl:g} nats/sequence"
+    shape = f"tree {args.tree} ({args.children} children)" if args.tree else f"k={k}"
     print(
-        f"\nrule {rule.label}, k={k}{cap}, {settings}; {len(setup.prompts)} prompts x "
+        f"\nrule {rule.label}, {shape}{cap}, {settings}; {len(setup.prompts)} prompts x "
         f"{args.max_new_tokens} new tokens, batch {args.batch_size}, {args.device} {args.dtype}"
         f"{', chat template' if setup.chat else ''}"
     )
@@ -392,8 +430,11 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         f"{meter_text(speculative)}, verifier NLL {speculative.nll:.3f} nats/token"
     )
     summary = {
-        "rule": rules.spec_of(rule),
-        "k": k,
+        "rule": spec_of_any(rule),
+        "k": None if args.tree else k,
+        "tree": args.tree,
+        "children": args.children if args.tree else None,
+        "tree_choice": tree_choice,
         "max_kl": args.max_kl,
         "prompts": len(setup.prompts),
         "max_new_tokens": args.max_new_tokens,
@@ -412,7 +453,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "kl_per_sequence": speculative.kl_per_sequence,
             "tv_per_token": speculative.tv_per_token,
             "sequence_kl": speculative.sequence_kl,
-            "accepted_histogram": [speculative.accepted.count(v) for v in range(k + 1)],
+            "accepted_histogram": [speculative.accepted.count(v) for v in range(longest + 1)],
             "steps": speculative.steps,
             "reached_by_position": speculative.reached_by_position,
             "alpha_by_position": [  # None where no step reached the position
@@ -431,14 +472,19 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             f"speed-up:    {speedup:.2f}x (tokens/s, same prompts; one run, no interval: "
             "`cactus bench decode --repeats 6` gives one)"
         )
-        costs = step_costs(
-            speculative.timing,
-            speculative.drafted,
-            k,
-            speculative.acceptance_length,
-            step_seconds(baseline.timing),
-        )
-        print("\n".join(why_lines(speedup, costs, speculative, k)))
+        if args.tree:
+            step = step_seconds(baseline.timing)
+            print("\n".join(tree_summary_lines(speculative, step, args.tree)))
+            costs = tree_costs(speculative.timing, speculative.acceptance_length, step)
+        else:
+            costs = step_costs(
+                speculative.timing,
+                speculative.drafted,
+                k,
+                speculative.acceptance_length,
+                step_seconds(baseline.timing),
+            )
+            print("\n".join(why_lines(speedup, costs, speculative, k)))
         summary["baseline"] = {
             "tokens_per_second": baseline.tokens_per_second,
             "tokens": baseline.tokens,
@@ -446,14 +492,19 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "timing_s": baseline.timing,
         }
         summary["speedup"] = speedup
-        summary["costs"] = {
+        summary["costs"] = costs if args.tree else {
             "draft_cost": costs.draft_cost,
             "verify_cost": costs.verify_cost,
             "other_cost": costs.other_cost,
             "predicted_speedup": costs.predicted_speedup,
-        }
+        }  # fmt: skip
+    elif args.tree:
+        print("\n".join(tree_summary_lines(speculative, None, args.tree)))
+    if args.tree:
+        summary["speculative"]["tree_ended_by_depth_rank"] = speculative.tree_ended
+        summary["speculative"]["tree_reached_by_depth_rank"] = speculative.tree_reached
     print("accepted drafts per verify step:")
-    print("\n".join(histogram_lines(speculative.accepted, k)))
+    print("\n".join(histogram_lines(speculative.accepted, longest)))
     if args.json:
         atomic_write_json(args.json, summary, indent=2)
     return 0

@@ -63,9 +63,8 @@ class CostCurve:
             / max(self.sizes[-1] - self.sizes[-2], 1)
         )  # fmt: skip
 
-
     def text(self) -> str:
-        """"size: ms, ..." of the measured points."""
+        """ "size: ms, ..." of the measured points."""
         pairs = zip(self.sizes, self.seconds, strict=True)
         return ", ".join(f"{size}: {1e3 * value:.1f}" for size, value in pairs)
 
@@ -108,6 +107,51 @@ class TreeChoice:
                 f"{1e3 * self.rest_seconds:.1f} ms",
             ]
         )
+
+    def as_json(self) -> dict:
+        """What was measured and chosen, JSON-able."""
+        return {
+            "tree": self.shape.spec,
+            "nodes": self.choice.nodes,
+            "depth": self.choice.depth,
+            "expected_accepted": self.choice.expected_accepted,
+            "predicted_step_seconds": self.choice.cost,
+            "predicted_speedup": self.predicted_speedup,
+            "acceptance_by_depth_rank": self.acceptance,
+            "verify_seconds_by_nodes": dict(
+                zip(self.verify.sizes, self.verify.seconds, strict=True)
+            ),
+            "draft_seconds_by_frontier": dict(
+                zip(self.draft.sizes, self.draft.seconds, strict=True)
+            ),
+            "rest_seconds": self.rest_seconds,
+            "calibration": self.calibration,
+        }
+
+
+def choose_for_prompts(
+    verifier, draft, input_ids, attention_mask, rule, spec: str, children: str, sampling,
+    eos_token_id=None,
+) -> TreeChoice:  # fmt: skip
+    """``choose_tree`` on calibration prompts ``input_ids`` [B, P] (left-padded, with
+    ``attention_mask``), for ``rule`` (a rule, tree rule or spec), the drafting scheme
+    ``children`` and ``sampling`` (``core.processors.SamplingSettings``); ``spec`` is
+    ``"auto"`` or ``"auto:N"``."""
+    from cactus_theory.decode.settings import GenerationSettings, prepare
+    from cactus_theory.decode.tree_rules import tree_rule
+    from cactus_theory.decode.tree_shape import check_children
+
+    shape = parse_tree(spec)
+    if shape is None or shape.auto is None:
+        raise ValueError(f"tree: expected 'auto' or 'auto:N', got {spec!r}")
+    scheme = check_children(children, shape)
+    settings = GenerationSettings(
+        CALIBRATION_TOKENS, sampling.temperature, sampling.top_k, sampling.top_p,
+        eos_token_id=[] if eos_token_id is None else eos_token_id, meter=False,
+    )  # fmt: skip
+    with torch.inference_mode():
+        prepared = prepare(verifier, draft, input_ids, attention_mask, settings)
+        return choose_tree(verifier, draft, prepared, tree_rule(rule, scheme), scheme, shape)
 
 
 def _widths(parents) -> list[int]:
@@ -232,4 +276,3 @@ def measure_costs(verifier, draft, prepared, max_nodes: int) -> tuple[CostCurve,
     verify = CostCurve(tuple(sizes), tuple(statistics.median(verify_times[s][1:]) for s in sizes))
     drafting = CostCurve(frontiers, tuple(statistics.median(draft_times[s][1:]) for s in frontiers))
     return drafting, verify, verify(1)
-

@@ -31,9 +31,7 @@ def tree_rule(rule: TreeRule | Rule | str, scheme: str) -> TreeRule:
     if isinstance(rule, Rule):
         rule = trees.lift(rule)
     if not isinstance(rule, TreeRule):
-        raise ValueError(
-            f"rule: expected a rule, a tree rule or a spec, got {type(rule).__name__}"
-        )
+        raise ValueError(f"rule: expected a rule, a tree rule or a spec, got {type(rule).__name__}")
     if scheme not in rule.schemes:
         raise ValueError(
             f"rule: {rule.label} is not defined for {scheme} children (it takes "

@@ -145,27 +145,31 @@ def walk(
 ) -> TreeWalk:
     """``sampler.verify_tree`` per group of rows sharing a rule, merged into one walk."""
     batch = target_probs.shape[0]
-    walks = {}
+    if len(set(rules_per_row)) == 1:  # one rule: no copies of the rows
+        return sampler.verify_tree(
+            target_probs, tree.draft_probs, structure, tree.tokens, rules_per_row[0], scheme,
+            uniforms=uniforms, check=False,
+        )  # fmt: skip
+    walks = []
     for rule in dict.fromkeys(rules_per_row):
         rows = [index for index, item in enumerate(rules_per_row) if item == rule]
         index = torch.tensor(rows, device=target_probs.device)
-        part = structure if len(rows) == batch else TreeStructure.of(tree.parents[index])
-        walks[rule] = (
-            index,
-            sampler.verify_tree(
-                target_probs[index],
-                None if tree.draft_probs is None else tree.draft_probs[index],
-                part,
-                tree.tokens[index],
-                rule,
-                scheme,
-                uniforms=(uniforms[0][index], uniforms[1][index]),
-                check=False,
-            ),
+        walks.append(
+            (
+                index,
+                sampler.verify_tree(
+                    target_probs[index],
+                    None if tree.draft_probs is None else tree.draft_probs[index],
+                    TreeStructure.of(tree.parents[index]),
+                    tree.tokens[index],
+                    rule,
+                    scheme,
+                    uniforms=(uniforms[0][index], uniforms[1][index]),
+                    check=False,
+                ),
+            )
         )
-    if len(walks) == 1:
-        return next(iter(walks.values()))[1]
-    return merge_walks(list(walks.values()), batch, structure.levels, target_probs.device)
+    return merge_walks(walks, batch, structure.levels, target_probs.device)
 
 
 def measure(
@@ -180,16 +184,20 @@ def measure(
     batch, levels = walked.outcomes.shape
     kl = torch.zeros(batch, levels, dtype=torch.float64, device=target_probs.device)
     tv = torch.zeros_like(kl)
+    if len(set(rules_per_row)) == 1:  # one rule: no copies of the rows
+        kl, tv = tree_divergence(
+            rules_per_row[0], target_probs, tree.tokens, structure, scheme, walked
+        )
+        return StepDivergence(kl, tv, rules_per_row)
     for rule in dict.fromkeys(rules_per_row):
         rows = torch.tensor(
             [index for index, item in enumerate(rules_per_row) if item == rule],
             device=target_probs.device,
         )
-        part = walked if len(rows) == batch else select_walk(walked, rows)
-        part_structure = structure if len(rows) == batch else TreeStructure.of(tree.parents[rows])
         kl[rows], tv[rows] = tree_divergence(
-            rule, target_probs[rows], tree.tokens[rows], part_structure, scheme, part
-        )
+            rule, target_probs[rows], tree.tokens[rows], TreeStructure.of(tree.parents[rows]),
+            scheme, select_walk(walked, rows),
+        )  # fmt: skip
     return StepDivergence(kl, tv, rules_per_row)
 
 

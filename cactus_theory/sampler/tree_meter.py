@@ -23,8 +23,9 @@ import torch
 from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, conditional_law
 from cactus_theory.sampler.divergences import kl_div
 from cactus_theory.sampler.rules.general import back
+from cactus_theory.sampler.tree_rows import node_rows
 from cactus_theory.sampler.tree_structure import TreeStructure
-from cactus_theory.sampler.tree_verify import TreeWalk, node_rows
+from cactus_theory.sampler.tree_verify import TreeWalk
 
 Tensor = torch.Tensor
 
@@ -37,15 +38,16 @@ def metered_exactly(rule: TreeRule, scheme: str) -> bool:
 
 def node_divergence(
     rule: TreeRule,
-    target_rows: Tensor,  # [R, V] float64 q at the nodes
+    target_rows: Tensor,  # [R, V] q at the nodes
     children: Tensor,  # [R, K] drafted ids (deterministic)
 ) -> tuple[Tensor, Tensor]:
     """(KL(e ‖ q) [R], TV(e, q) [R]) of the conditional law of nodes with deterministic
-    children, float64."""
-    args = node_rows(rule, target_rows, None, children, DETERMINISTIC)
-    law = back(conditional_law(rule, *args), target_rows, torch.float64)  # [R, V]
-    kl = kl_div(law, target_rows).sum(dim=-1)
-    tv = 0.5 * (law - target_rows).abs().sum(dim=-1)
+    children, float64 (on rows packed to their support when the rule allows it:
+    ``sampler.tree_rows``; the divergences are sums over the support)."""
+    rows = node_rows(rule, target_rows, None, children, DETERMINISTIC)
+    law = back(conditional_law(rule, *rows.arguments(rule)), rows.target, torch.float64)
+    kl = kl_div(law, rows.target).sum(dim=-1)
+    tv = 0.5 * (law - rows.target).abs().sum(dim=-1)
     return kl, tv
 
 

@@ -11,14 +11,16 @@ the walk are described there) and makes the same decisions from the same uniform
   or reject them all;
 - a row that rejects every child emits from the rule's residual, a row at a node without
   children emits the bonus token from q there; both by inverse CDF with
-  ``sample_uniforms`` (``sampler.emit``), once for the batch at the end.
+  ``sample_uniforms`` (``sampler.emit``).
 
 So the Python loop runs over depths and groups, never over nodes or rows.
 
 **Rules on tensors.** A tree rule that declares ``array_api`` gets float64 tensors on the
 rows' device; any other gets float64 numpy copies and its results come back as tensors
-(``sampler.rules.general.rows_for``), as chain rules do. Decisions compare float64
-acceptances with float64 uniforms, so on float64 inputs they are the reference's.
+(``sampler.rules.general.rows_for``), as chain rules do; a rule that declares
+``support_only`` gets its rows packed to each node's support (``sampler.tree_rows``).
+Decisions compare float64 acceptances with float64 uniforms, so on float64 inputs they
+are the reference's (up to rounding where packing shortens a sum).
 
 **Uniforms.** ``uniforms=(decide_uniforms [B, D], sample_uniforms [B])``, or one tensor
 U = rand(B, D+1) (float64) from ``generator``: U[:, :D] decide, U[:, D] samples (the
@@ -31,11 +33,11 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, TreeRule, decide, proposals
+from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, TreeRule, decide
 from cactus_theory.core.verify import PAD_ID
 from cactus_theory.sampler.checks import check_probs, probs_tensor, uniforms_for
 from cactus_theory.sampler.emit import inverse_cdf
-from cactus_theory.sampler.rules.general import back, ids_for, rows_for
+from cactus_theory.sampler.tree_rows import draw, final_residual, node_rows, sibling_accepts
 from cactus_theory.sampler.tree_structure import TreeStructure
 
 Tensor = torch.Tensor
@@ -60,35 +62,6 @@ class TreeWalk:
     path: Tensor
     outcomes: Tensor
     num_children: Tensor
-
-
-def node_rows(
-    rule: TreeRule,
-    target_rows: Tensor,  # [R, V] float64: q at the nodes
-    draft_rows: Tensor | None,  # [R, V] float64: p at the nodes (None: deterministic)
-    children: Tensor,  # [R, K] drafted ids
-    scheme: str,
-) -> tuple[object, object, object]:
-    """(target, proposals [R, K, V], children) as ``rule``'s methods take them: float64
-    tensors for an array-API rule, numpy copies for any other."""
-    source = target_rows if draft_rows is None or scheme == DETERMINISTIC else draft_rows
-    proposal_rows = proposals(source, children, scheme)  # [R, K, V]
-    if getattr(rule, "array_api", False):
-        return target_rows, proposal_rows, children
-    target, proposal_rows = rows_for(rule, target_rows, proposal_rows)
-    return target, proposal_rows, ids_for(rule, children)
-
-
-def sibling_accepts(rule: TreeRule, target, proposal_rows, children, like: Tensor) -> Tensor:
-    """[R, K] float64 tensor: the rule's sequential acceptances on rows as ``node_rows``
-    gives them."""
-    return back(rule.sibling_accepts(target, proposal_rows, children), like, torch.float64)
-
-
-def final_residual(rule: TreeRule, target, proposal_rows, children, like: Tensor) -> Tensor:
-    """[R, V] float64 tensor: the law emitted when every child is rejected."""
-    residual = back(rule.final_residual(target, proposal_rows, children), like, torch.float64)
-    return residual.clamp(min=0.0)
 
 
 def check_tree_inputs(
@@ -194,16 +167,17 @@ def verify_tree(
     path[:, 0] = 0
     outcomes = torch.full((batch, levels), -1, dtype=torch.int64, device=device)
     counts = torch.zeros(batch, levels, dtype=torch.int64, device=device)
-    emit_law = torch.zeros(batch, vocab, dtype=torch.float64, device=device)
+    emitted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
     node = torch.zeros(batch, dtype=torch.int64, device=device)  # [B] current node
     walking = torch.ones(batch, dtype=torch.bool, device=device)  # [B]
     accepted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
     for depth in range(levels + 1):
         width = structure.num_children[rows_all, node]  # [B] children of the current node
-        leaf = walking & (width == 0)
-        if bool(leaf.any()):  # bonus: q at the node
-            emit_law[leaf] = target_probs[leaf, node[leaf]].to(torch.float64)
-        walking = walking & ~leaf
+        leaf = rows_all[walking & (width == 0)]
+        if leaf.numel():  # bonus: q at the node
+            bonus = target_probs[leaf, node[leaf]].to(torch.float64)  # [L, V]
+            emitted[leaf] = inverse_cdf(bonus, sample_u[leaf])
+            walking[leaf] = False
         if depth == levels or not bool(walking.any()):
             break
         counts[walking, depth] = width[walking]
@@ -211,32 +185,23 @@ def verify_tree(
             rows = rows_all[walking & (width == size)]  # [R]
             kids = structure.children[rows, node[rows], :size]  # [R, K] node indices
             drafted = tokens[rows].gather(1, kids)  # [R, K] ids
-            target_rows = target_probs[rows, node[rows]].to(torch.float64)  # [R, V]
             draft_rows = None
             if draft_probs is not None and scheme != DETERMINISTIC:
-                draft_rows = draft_probs[rows, node[rows]].to(torch.float64)  # [R, V]
-            args = node_rows(rule, target_rows, draft_rows, drafted, scheme)
-            accepts = sibling_accepts(rule, *args, like=target_rows)  # [R, K]
-            outcome = decide(accepts, decide_u[rows, depth].to(torch.float64))  # [R]
+                draft_rows = draft_probs[rows, node[rows]]  # [R, V]
+            group = node_rows(rule, target_probs[rows, node[rows]], draft_rows, drafted, scheme)
+            outcome = decide(sibling_accepts(rule, group), decide_u[rows, depth])  # [R]
             outcomes[rows, depth] = outcome
             moved = outcome < size  # [R]
-            stopped = rows[~moved]
-            if stopped.numel():
-                rejected_args = node_rows(
-                    rule,
-                    target_rows[~moved],
-                    None if draft_rows is None else draft_rows[~moved],
-                    drafted[~moved],
-                    scheme,
-                )
-                emit_law[stopped] = final_residual(rule, *rejected_args, like=target_rows)
-                walking[stopped] = False
+            if not bool(moved.all()):  # every child rejected: the residual
+                stopped = group.select(~moved)
+                residual = final_residual(rule, stopped)  # [S, W]
+                emitted[rows[~moved]] = draw(stopped, residual, sample_u[rows[~moved]])
+                walking[rows[~moved]] = False
             advanced = rows[moved]
             if advanced.numel():
                 node[advanced] = kids[moved].gather(1, outcome[moved][:, None])[:, 0]
                 accepted[advanced] += 1
                 path[advanced, depth + 1] = node[advanced]
-    emitted = inverse_cdf(emit_law, sample_u)  # [B]
     token_ids = torch.full((batch, levels + 1), PAD_ID, dtype=torch.int64, device=device)
     on_path = path[:, 1:] >= 0  # [B, D]
     token_ids[:, :levels] = torch.where(on_path, tokens.gather(1, path[:, 1:].clamp(min=0)), PAD_ID)

@@ -16,9 +16,9 @@ the final residual drawn with ``sample_uniforms[b]``). At an accepted child the 
 there and goes on; when every child is rejected the emitted token is the residual's draw,
 and at a node without children (a leaf, or a node of a truncated row) the bonus token is
 drawn from q at that node by inverse CDF with ``sample_uniforms[b]``
-(``core.verify.inverse_cdf``). Only the node where the walk stops uses the sample uniform. A chain of k drafts
-is the tree where every node has one child, and the walk is then ``core.verify.
-verify_block`` with ``accept_uniforms = decide_uniforms``.
+(``core.verify.inverse_cdf``). Only the node where the walk stops uses the sample
+uniform. A chain of k drafts is the tree where every node has one child, and the walk is
+then ``core.verify.verify_block`` with ``accept_uniforms = decide_uniforms``.
 
 Output layout as the chain's: ``token_ids [B, D+1]`` holds the accepted tokens in path
 order, then the emitted token, then ``PAD_ID``; ``num_accepted [B]``; ``path [B, D+1]``
