@@ -41,11 +41,11 @@ from cactus_theory.cli.tree_args import (
     add_tree_arguments,
     choose_auto,
     is_tree_rule,
-    tree_costs,
     tree_summary_lines,
 )
 from cactus_theory.core import rules
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.decode import tree_stats
 from cactus_theory.decode.runs import (
     Pair,
     RunSettings,
@@ -475,7 +475,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         if args.tree:
             step = step_seconds(baseline.timing)
             print("\n".join(tree_summary_lines(speculative, step, args.tree)))
-            costs = tree_costs(speculative.timing, speculative.acceptance_length, step)
+            costs = tree_stats.tree_costs(speculative.timing, speculative.acceptance_length, step)
         else:
             costs = step_costs(
                 speculative.timing,

@@ -79,7 +79,7 @@ def choose_auto(setup, run, rule, spec: str, children: str) -> tuple[str, dict]:
 def tree_summary_lines(totals, steps_seconds: float | None, tree: str) -> list[str]:
     """A tree run's lines: nodes per step, α by depth and by rank, and (with the baseline's
     step time) the draft and verify costs behind the speed-up."""
-    from cactus_theory.decode.tree_stats import by_rank
+    from cactus_theory.decode.tree_stats import by_rank, tree_costs
 
     alphas = ", ".join("-" if a != a else f"{a:.2f}" for a in totals.alpha_by_position)
     ranks = ", ".join(
@@ -101,21 +101,3 @@ def tree_summary_lines(totals, steps_seconds: float | None, tree: str) -> list[s
             f"{costs['predicted_speedup']:.2f}x"
         )
     return lines
-
-
-def tree_costs(timing: dict, acceptance_length: float, step: float) -> dict:
-    """A tree run's costs in autoregressive steps ``step``: c per draft forward, v per
-    verify call, the rest per call, L draft forwards per step and (AL + 1)/(L c + v)."""
-    calls = max(timing.get("verifier_calls", 0), 1)
-    forwards = timing.get("draft_calls", 0) / calls
-    draft = timing.get("draft", 0.0) / max(timing.get("draft_calls", 0), 1) / step
-    verify = timing.get("verify", 0.0) / calls / step
-    rest = timing.get("total", 0.0) - timing.get("prefill", 0.0)
-    rest -= timing.get("draft", 0.0) + timing.get("verify", 0.0)
-    return {
-        "draft_cost": draft,
-        "verify_cost": verify,
-        "other_cost": rest / calls / step,
-        "draft_forwards": forwards,
-        "predicted_speedup": (acceptance_length + 1.0) / max(forwards * draft + verify, 1e-12),
-    }

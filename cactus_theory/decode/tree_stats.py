@@ -66,3 +66,21 @@ def by_rank(ended: list[list[int]], reached: list[list[int]]) -> list[float | No
         seen = sum(row[rank] for row in reached if rank < len(row))
         pooled.append(done / seen if seen else None)
     return pooled
+
+
+def tree_costs(timing: dict, acceptance_length: float, step: float) -> dict:
+    """A tree run's costs in autoregressive steps ``step``: c per draft forward, v per
+    verify call, the rest per call, L draft forwards per step and (AL + 1)/(L c + v)."""
+    calls = max(timing.get("verifier_calls", 0), 1)
+    forwards = timing.get("draft_calls", 0) / calls
+    draft = timing.get("draft", 0.0) / max(timing.get("draft_calls", 0), 1) / step
+    verify = timing.get("verify", 0.0) / calls / step
+    rest = timing.get("total", 0.0) - timing.get("prefill", 0.0)
+    rest -= timing.get("draft", 0.0) + timing.get("verify", 0.0)
+    return {
+        "draft_cost": draft,
+        "verify_cost": verify,
+        "other_cost": rest / calls / step,
+        "draft_forwards": forwards,
+        "predicted_speedup": (acceptance_length + 1.0) / max(forwards * draft + verify, 1e-12),
+    }
