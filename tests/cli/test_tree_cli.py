@@ -4,9 +4,12 @@ checkpoints of ``test_decode_cli``."""
 import json
 
 import pytest
-from test_decode_cli import checkpoints, decode_args, private_cache  # noqa: F401 (fixtures)
+import test_decode_cli as base
 
 from cactus_theory.cli import dispatch as cli
+
+checkpoints, private_cache = base.checkpoints, base.private_cache  # the same fixtures
+decode_args = base.decode_args
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
 
