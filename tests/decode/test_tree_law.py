@@ -62,7 +62,8 @@ def p_value(cells, probabilities):
     observed = np.append(counts[big], counts[~big].sum())
     wanted = np.append(expected[big], expected[~big].sum())
     keep = wanted > 0
-    return stats.chisquare(observed[keep], wanted[keep] * observed.sum() / wanted[keep].sum()).pvalue
+    scaled = wanted[keep] * observed.sum() / wanted[keep].sum()
+    return stats.chisquare(observed[keep], scaled).pvalue
 
 
 def run(pair, rule, tree, children, new_tokens, seed):
