@@ -18,7 +18,8 @@ def all_templates(max_nodes: int, max_depth: int):
             if any(parent >= node for node, parent in enumerate(parents, start=1)):
                 continue
             depth = shape_search.template_depths(parents)
-            if max(depth) > max_depth or any(a > b for a, b in zip(depth[1:], depth[2:], strict=False)):
+            rising = all(a <= b for a, b in zip(depth[1:], depth[2:], strict=False))
+            if max(depth) > max_depth or not rising:
                 continue
             if list(parents) != sorted(parents):  # breadth-first: parents non-decreasing
                 continue
