@@ -194,8 +194,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. Exit status: the command's own (0 on success; ``cactus check``
     returns 1 when one of our guarantees fails), 2 for a usage error (a ValueError naming
-    the argument, one line, no traceback; argparse's errors exit 2 too), 130 on Ctrl-C
-    with the command's own word on what was kept (``interrupted_message``)."""
+    the argument, one line, no traceback; argparse's errors exit 2 too), 1 when a rule's
+    own method raised (one line naming the rule and the method), 130 on Ctrl-C with the
+    command's own word on what was kept (``interrupted_message``)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         modules, arguments = take_rules_modules(arguments)
@@ -207,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = " ".join(word for word in (args.command, getattr(args, "member", None)) if word)
     module = importlib.import_module(command.module)
     from cactus_theory.core import rules
+    from cactus_theory.core.rules import contract
 
     try:
         rules.load_modules(modules, argument="rules_module", export=True)
@@ -217,6 +219,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"cactus {name}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        # A rule's own method raised (a user's rule, half written): name the rule and the
+        # method in one line. Anything else is a defect of ours: its traceback stands.
+        found = contract.culprit(error)
+        if found is None:
+            raise
+        rule, method = found
+        print(
+            f"cactus {name}: error: rule {contract.who(rule)} raised "
+            f"{type(error).__name__} in {method}: {error}",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         message = getattr(module, "interrupted_message", lambda _: "interrupted")(args)
         print(f"cactus {name}: {message}", file=sys.stderr)

@@ -150,6 +150,12 @@ def large_pairs(draw, max_vocab: int = 100_000, draft_support: int = 64):
     return target, _normalise(draft)
 
 
+def everyday_pairs():
+    """Pairs of every kind (V up to 32) or after the processors (V up to 64): what the
+    kit's law checks draw from."""
+    return st.one_of(pairs(1, 32), processed_pairs(2, 64))
+
+
 #: Divergence budgets from none to generous (nats).
 budgets = st.sampled_from([0.0, 1e-10, 1e-4, 0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 5.0])
 #: The same without 0.

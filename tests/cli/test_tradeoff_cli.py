@@ -8,8 +8,14 @@ command cached (read back with the same settings), the predicted speed-ups equal
 import json
 
 import pytest
-from test_decode_cli import make_tokenizer, save_model
+from tiny_pair import (
+    assert_one_line_naming_the_rule,
+    make_tokenizer,
+    raising_rule_module,
+    save_model,
+)
 
+from cactus_theory import rules
 from cactus_theory.cli import dispatch as cli
 from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.decode.runs import Pair, load_setup
@@ -131,3 +137,15 @@ def test_help_lists_the_flags(capsys):
                  "--top-p", "--dtype", "--device", "--k-max", "--no-costs", "--json",
                  "--out", "--cache"):  # fmt: skip
         assert flag in text
+
+
+def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
+    module = raising_rule_module(tmp_path)
+    words = arguments(pair, tmp_path, "--no-costs", "--rules-module", module)
+    words += ["--rule", "test-half-written"]
+    try:
+        assert cli.main(words) == 1
+    finally:
+        rules.REGISTRY.pop("test-half-written", None)
+    assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")

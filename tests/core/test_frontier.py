@@ -207,3 +207,20 @@ def test_root_within_rounding_of_c_equal_one():
     draft = np.array([3.4133048484121593e-38, 1.0])
     adjusted = frontier_target(target, draft, 1e-14)
     assert 0.5e-14 <= divergences.kl(adjusted, target) <= 1e-14
+
+
+def test_masses_below_the_rounding_of_one_keep_h_a_law():
+    """q = (1, 1e-251, 2e-255), p = (1, 1e-268, 7e-251), δ = 1e-250: the small parts do not
+    balance in float64, which put c_lo at 6.5 and h_0 = 6.5 (found by the rule contract);
+    c_lo <= 1 <= c_hi keeps h a law within the budget, in numpy and torch alike."""
+    target = np.array([1.0, 1e-251, 2e-255])
+    draft = np.array([1.0, 1e-268, 7e-251])
+    rule = rules.make("frontier", delta=1e-250)
+    emitted = law.output_law(rule, target, draft)
+    assert emitted[0] == 1.0 and emitted.sum() == 1.0
+    assert divergences.kl(emitted, target) <= 1e-250
+    torch = pytest.importorskip("torch")
+    from cactus_theory.sampler.rules.frontier import frontier_constants as torch_constants
+
+    lift, cap = torch_constants(torch.as_tensor(target)[None], torch.as_tensor(draft)[None], 1e-250)
+    assert float(lift[0]) <= 1.0 <= float(cap[0])

@@ -223,3 +223,80 @@ def test_family_subclasses_that_override_derived_methods_take_the_general_path()
         np.abs(law.target_rule_law(target, draft) - law.output_law(rule, target, draft)).max()
         > 0.01
     )
+
+
+def test_a_rule_with_parameters_and_no_params_is_refused(clean_registry):
+    """Without params() every instance would be equal: one spec, label and hash."""
+
+    class NoParams(rules.TargetRule):
+        name = "test-no-params"
+
+        def __init__(self, beta: float = 0.3) -> None:
+            self.beta = beta
+
+        def target_law(self, target_probs, draft_probs):
+            return target_probs
+
+    with pytest.raises(ValueError, match=r"^cls: NoParams.__init__ takes parameters \(beta\)"):
+        rules.register(NoParams)
+    with pytest.raises(ValueError, match=r"define params\(\)"):
+        rules.register(NoParams)
+    assert "test-no-params" not in registry.REGISTRY
+
+    class NoParamsAtAll(rules.TargetRule):  # nothing to declare: accepted
+        name = "test-no-params-at-all"
+
+        def target_law(self, target_probs, draft_probs):
+            return target_probs
+
+    rules.register(NoParamsAtAll)
+
+
+def test_make_converts_strings_as_parse_does(clean_registry):
+    rules.register(Doubling)
+    made = rules.make("test-doubling", width="3", scale=" 2 ", mode="b", flag="true")
+    assert made == rules.parse("test-doubling:width=3,scale=2,mode=b,flag=true")
+    assert made.params() == {"width": 3, "scale": 2.0, "mode": "b", "flag": True}
+    assert rules.make("cactus", delta="0.5") == rules.make("cactus", delta=0.5)
+    with pytest.raises(ValueError, match="^width: expected an integer, got '2.5'"):
+        rules.make("test-doubling", width="2.5")
+    with pytest.raises(ValueError, match="^delta: expected a number, got 'half'"):
+        rules.make("cactus", delta="half")
+    # parse still names the spec the value came from
+    with pytest.raises(ValueError, match="^delta: expected a number in 'cactus:delta=x'"):
+        rules.parse("cactus:delta=x")
+
+
+def test_a_rules_file_imports_a_module_beside_it(tmp_path, monkeypatch, clean_registry):
+    """``--rules-module path/to/file.py`` runs the file with its folder on sys.path (and
+    so does a child process reading CACTUS_RULES_MODULES); sys.path is restored."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write_module(folder, "rule_helpers", "THRESHOLD = 0.5\n")
+    header = "from cactus_theory import rules"
+    body = RULE_MODULE.format(name="test-beside").replace(
+        header, header + "\n    import rule_helpers"
+    )
+    path = write_module(folder, "beside_rules", body.replace("0.5", "rule_helpers.THRESHOLD"))
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    assert rules.load_modules([str(path)]) == ["test-beside"]
+    assert sys.path == before
+    del registry.REGISTRY["test-beside"]
+    for name in [name for name in sys.modules if name.endswith(("rule_helpers", "beside_rules"))]:
+        del sys.modules[name]  # a fresh child process
+    monkeypatch.setenv(rules.ENV_MODULES, str(path))  # how a child process sees it
+    monkeypatch.setattr(registry, "_LOADED", {})
+    registry.refresh()
+    assert "test-beside" in registry.REGISTRY and sys.path == before
+
+
+def test_an_unknown_rule_suggests_names_and_how_to_add_ones_own():
+    with pytest.raises(ValueError) as caught:
+        rules.parse("cactus-exakt:delta=1")
+    message = str(caught.value)
+    assert message.startswith("name: unknown rule 'cactus-exakt' (did you mean 'cactus-exact'")
+    assert "--rules-module path/to/file.py" in message and rules.ENV_MODULES in message
+    assert "registered: sps, cactus, cactus-exact" in message
+    with pytest.raises(ValueError, match=r"^name: unknown rule 'zzz'; registered: "):
+        rules.parse("zzz")

@@ -87,7 +87,7 @@ def test_per_token_api_needs_one_row():
         ("cactus", {"delta": -0.1}, "delta: must be >= 0"),
         ("cactus", {"delta": float("nan")}, "delta: must be finite"),
         ("cactus", {"delta": float("inf")}, "delta: must be finite"),
-        ("cactus", {"delta": "0.5"}, "delta: must be a real number"),
+        ("cactus", {"delta": "half"}, "delta: expected a number, got 'half'"),  # "0.5" is 0.5
         ("cactus-exact", {"delta": -1.0}, "delta: must be >= 0"),
         ("cactus-exact", {"delta": 0.5, "divergence": "wasserstein"}, "divergence: unknown"),
         ("frontier", {"delta": -1e-9}, "delta: must be >= 0"),

@@ -220,7 +220,7 @@ def test_measured_alpha_is_the_decoders_own(setup, sps_decode, pool):
     input_ids, mask = encode(setup, PROMPTS[:6])
     result = speculative_generate(
         setup.verifier, setup.draft, input_ids, rule="sps", k=3, max_new_tokens=32,
-        temperature=0.8, generator=theory._decode_generator(0, 0), attention_mask=mask,
+        temperature=0.8, generator=theory.decode_generator(0, 0), attention_mask=mask,
         eos_token_id=setup.tokenizer.eos_token_id, pad_token_id=setup.tokenizer.pad_token_id,
         divergence=False,
     )  # fmt: skip

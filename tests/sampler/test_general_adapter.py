@@ -79,3 +79,62 @@ def test_same_tokens_as_numpy_at_a_real_workload(rule, adapter):
         rejected_somewhere |= bool((count < STEPS).any())
     # The workload exercises both branches (a test that only ever rejects proves little).
     assert accepted_somewhere and rejected_somewhere
+
+
+def test_results_become_tensors_without_a_copy_and_without_torchs_warning():
+    """``back``: a writable array is shared with the tensor (no copy); a read-only view
+    (``np.broadcast_to``, as rules may return) is copied, so torch does not warn."""
+    from cactus_theory.sampler.rules.general import back
+
+    like = torch.zeros(3, dtype=torch.float64)
+    writable = np.array([0.2, 0.3, 0.5])
+    assert back(writable, like).data_ptr() == writable.ctypes.data
+    view = np.broadcast_to(np.array([0.2, 0.3, 0.5]), (4, 3))
+    assert not view.flags.writeable
+    tensor = back(view, like)
+    np.testing.assert_array_equal(tensor.numpy(), view)
+
+
+BROADCAST_RULE = """
+import warnings
+
+import numpy as np
+import torch
+
+from cactus_theory import rules, sampler
+
+
+class Broadcast(rules.Rule):
+    name = "test-broadcast"
+
+    def accept_probs(self, target_probs, draft_probs):
+        return np.broadcast_to(np.where(draft_probs > 0, 0.5, 0.0), target_probs.shape)
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return np.broadcast_to(target_probs, target_probs.shape)
+
+
+warnings.simplefilter("error")
+target = torch.softmax(torch.randn(2, 3, 7, dtype=torch.float64), dim=-1)
+draft = torch.softmax(torch.randn(2, 2, 7, dtype=torch.float64), dim=-1)
+ids = torch.multinomial(draft.reshape(-1, 7), 1).reshape(2, 2)
+tokens, accepted = sampler.verify(target, draft, ids, Broadcast(), generator=torch.Generator())
+print("ok", tokens.shape[1])
+"""
+
+
+def test_a_rule_returning_read_only_views_runs_without_a_warning(tmp_path):
+    """In a fresh process (torch warns once per process): every warning is an error."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "broadcast.py"
+    script.write_text(BROADCAST_RULE)
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's cactus_theory
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok 3", done.stderr[-2000:]

@@ -182,3 +182,52 @@ def test_cactus_check_rule_exit_codes(tmp_path, capsys):
         rules.REGISTRY.pop("test-kit-over", None)
     assert dispatch.main(["check", "--rule", "nope"]) == 2
     assert "unknown rule 'nope'" in capsys.readouterr().err
+
+
+class Raising(rules.Rule):
+    """Raises from its acceptance, as a half-written rule does."""
+
+    name = "test-kit-raising"
+
+    def accept_probs(self, target_probs, draft_probs):
+        raise ZeroDivisionError("half-written acceptance")
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return target_probs
+
+
+def test_a_rule_that_raises_is_reported_by_every_check_and_the_report_is_kept(capsys):
+    only = ["law-is-a-distribution", "sampler-law-chi-square"]
+    report = check_rule(Raising(), examples=5, only=only)
+    assert [result.name for result in report.failures] == only
+    for result in report.failures:
+        assert result.detail == "raised ZeroDivisionError: half-written acceptance"
+    rules.register(Raising)
+    try:
+        assert dispatch.main(["check", "--rule", "test-kit-raising", "--only", *only]) == 1
+    finally:
+        rules.REGISTRY.pop("test-kit-raising", None)
+    out = capsys.readouterr().out
+    assert "check_rule(test-kit-raising): FAILED" in out
+    assert out.count("raised ZeroDivisionError: half-written acceptance") == 2
+
+
+class HalfResidual(rules.Rule):
+    """SpS's acceptance with half its residual: r^n sums to 0.5."""
+
+    name = "test-kit-half-residual"
+
+    def accept_probs(self, target_probs, draft_probs):
+        return rules.gsps_accept(target_probs, draft_probs)
+
+    def residuals_for(self, target_probs, draft_probs, tokens):
+        return 0.5 * rules.gsps_residual(target_probs, draft_probs)
+
+
+def test_a_residual_that_is_not_a_law_fails_its_check_and_every_law_check():
+    checks = ["residuals-are-laws", "law-is-a-distribution", "fast-law-equals-enumerated"]
+    report = check_rule(HalfResidual(), examples=20, only=checks)
+    assert failed(report) == set(checks)
+    residuals = next(r for r in report.failures if r.name == "residuals-are-laws")
+    assert "residuals_for returned a row that sums to 0.5" in residuals.detail
+    assert residuals.counterexample is not None

@@ -60,6 +60,7 @@ import numpy as np
 
 from cactus_theory.core import validate
 from cactus_theory.core.arrays import device, namespace
+from cactus_theory.core.rules import contract
 
 Array = np.ndarray
 
@@ -137,6 +138,11 @@ class Rule(ABC):
 
     name: ClassVar[str]
     family: ClassVar[str] = "general"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Check what the subclass's own methods return (``contract``)."""
+        super().__init_subclass__(**kwargs)
+        contract.install(cls)
 
     # Declared properties (module docstring); the safe defaults.
     support_only: ClassVar[bool] = False

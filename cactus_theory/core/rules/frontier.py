@@ -421,7 +421,11 @@ def _solve_caps(
             feasible_low,
             delta[solve],
         )
-    return np.minimum(segment.lift_for(cap), cap), cap
+    # c_lo <= 1 <= c_hi (KKT). The balance Σ h = 1 can put c_lo above 1 only in rows whose
+    # small masses lie below the rounding of their large ones (p_x = q_x = 1.0 beside
+    # masses of 1e-250: the rows sum to 1 in float64 but their small parts do not balance);
+    # there c_lo = 1 keeps h a law to rounding instead of lifting h_x = q_x = 1 to 2.5.
+    return np.minimum(segment.lift_for(cap), 1.0), cap
 
 
 def frontier_target(target_probs: Array, draft_probs: Array, delta: float | Array) -> Array:

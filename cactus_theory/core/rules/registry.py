@@ -12,6 +12,8 @@ CLI ``--rule``, the decoder, the report, vLLM's workers):
    ``cactus_theory.rules`` (a ``Rule`` subclass, registered, or a module, imported), and
    every module named in ``CACTUS_RULES_MODULES`` (comma-separated module names or paths
    to ``.py`` files; ``--rules-module`` of every command sets it for child processes too).
+   A file is imported with its folder on ``sys.path`` (while it runs), so it may import a
+   module beside it.
    A plug-in that fails to load is a warning naming it, and discovery goes on; a module the
    user named (``CACTUS_RULES_MODULES``, ``--rules-module``) that fails is a ValueError.
    A plug-in never shadows a rule already registered: a clash is a warning naming both.
@@ -22,7 +24,11 @@ resolves names in the registry only, so a request carrying a spec cannot load co
 Parameters: ``make(name, **params)`` takes the keyword parameters of the rule's
 ``__init__``; ``parse("name:key=value,...")`` converts each value to the type its
 ``__init__`` annotation declares (``int``, ``float``, ``str``, ``bool``; ``float`` when
-unannotated). ``*args``/``**kwargs`` in a rule's ``__init__`` are refused at registration.
+unannotated), and ``make`` converts a string value the same way (``convert_params``).
+Refused at registration: ``*args``/``**kwargs`` in a rule's ``__init__``, and an
+``__init__`` with parameters in a class that defines no ``params()`` (its rules would all be
+equal, with one spec). An unknown name says which registered names are close and how to
+make a rule of one's own known.
 A class whose ``spec_rest`` names one parameter takes the whole rest of its spec as that
 parameter's value (``"lift:cactus:delta=0.5"``: a tree rule built from a chain spec).
 
@@ -34,6 +40,7 @@ of every kind, and an entry point may name a class of any kind.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.metadata
@@ -135,7 +142,16 @@ def register(cls: type[Rule], *, provider: str | None = None, kind: Kind = RULES
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ValueError(f"cls: {cls.__name__} is abstract; it must define {missing}")
-    _parameters(cls)
+    parameters = _parameters(cls)
+    if parameters and cls.params is kind.base.params:
+        listed = ", ".join(parameters)
+        first = next(iter(parameters))
+        raise ValueError(
+            f"cls: {cls.__name__}.__init__ takes parameters ({listed}) but the class defines "
+            f"no params(); define params() returning them (e.g. "
+            f"``return {{{first!r}: self.{first}}}``), or rules with different parameters "
+            "would be equal, with one spec, label and hash"
+        )
     existing = kind.registry.get(name)
     if existing is cls:
         return cls
@@ -281,11 +297,20 @@ def _import(module: str) -> types.ModuleType:
         spec = importlib.util.spec_from_file_location(key, resolved)
         loaded = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[key] = loaded
+        # The file's folder is on sys.path while it runs, so it can import a module beside
+        # it (``from helpers import ...``), as ``python file.py`` would.
+        folder = str(resolved.parent)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
         try:
             spec.loader.exec_module(loaded)  # type: ignore[union-attr]
         except BaseException:
             del sys.modules[key]
             raise
+        finally:
+            if added and folder in sys.path:
+                sys.path.remove(folder)
         return loaded
     try:
         return importlib.import_module(module)
@@ -309,21 +334,40 @@ def rule_class(name: str, kind: Kind = RULES) -> type[Rule]:
     if name not in kind.registry:
         discover()
     if name not in kind.registry:
+        if kind is RULES:
+            raise ValueError(f"name: {unknown_rule_message(name)}")
         raise ValueError(f"name: unknown {kind.noun} {name!r}; choose one of {names(kind)}")
     return kind.registry[name]
+
+
+def unknown_rule_message(name: str) -> str:
+    """ "unknown rule 'X'", a "did you mean" when a registered name is close, the names,
+    and how a rule of one's own becomes known."""
+    known = names()
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    guess = f" (did you mean {' or '.join(repr(item) for item in close)}?)" if close else ""
+    return (
+        f"unknown rule {name!r}{guess}; registered: {', '.join(known)}. A rule of your own "
+        "is known once its module is imported: --rules-module path/to/file.py (or a module "
+        f"name) on any command, {ENV_MODULES} for every process, or rules.register(cls) "
+        "in code"
+    )
 
 
 def make(name: str, **params: Any) -> Rule:
     """Create the rule ``name`` with its parameters, e.g. ``make("cactus", delta=0.5)``.
 
-    Raises ``ValueError`` for an unknown name, an unknown or missing parameter, or a bad
-    value (δ < 0, α outside [0, 1], k < 1, ...).
+    A string value is converted to the parameter's declared type as ``parse`` converts a
+    spec (``convert_params``: ``make("cactus", delta="0.5")`` is ``delta=0.5``). Raises
+    ``ValueError`` for an unknown name, an unknown or missing parameter, or a bad value
+    (δ < 0, α outside [0, 1], k < 1, a string that is not a number, ...).
     """
     return make_kind(RULES, name, params)
 
 
-def make_kind(kind: Kind, name: str, params: dict[str, Any]) -> Any:
-    """``make`` for the rules of ``kind``."""
+def make_kind(kind: Kind, name: str, params: dict[str, Any], where: str | None = None) -> Any:
+    """``make`` for the rules of ``kind``, with the spec the parameters came from
+    (``where``) for messages."""
     cls = rule_class(name, kind)
     named = {
         key: parameter
@@ -337,6 +381,7 @@ def make_kind(kind: Kind, name: str, params: dict[str, Any]) -> Any:
         raise ValueError(
             f"{unknown[0]}: not a parameter of {kind.noun} {name!r} (it takes {accepted or 'none'})"
         )
+    params = convert_params(cls, params, where)
     missing = [
         key
         for key, parameter in named.items()
@@ -369,21 +414,33 @@ def parameter_types(cls: type[Rule]) -> dict[str, type]:
     return declared
 
 
-def _convert(key: str, value: str, kind: type, spec: str) -> Any:
-    text = value.strip()
-    if kind is str:
-        return text
-    if kind is bool:
-        if text.lower() in ("true", "1", "yes"):
-            return True
-        if text.lower() in ("false", "0", "no"):
-            return False
-        raise ValueError(f"{key}: expected true or false in {spec!r}, got {value!r}")
-    try:
-        return kind(text)
-    except ValueError:
-        noun = "an integer" if kind is int else "a number"
-        raise ValueError(f"{key}: expected {noun} in {spec!r}, got {value!r}") from None
+def convert_params(cls: type[Rule], params: dict[str, Any], where: str | None = None) -> dict:
+    """``params`` with every string value converted to its parameter's declared type
+    (``parameter_types``: int, float, bool from true/false/1/0/yes/no, str kept, stripped);
+    other values pass as they are. The one conversion of ``parse`` and ``make``. ValueError
+    naming the parameter (and ``where``: the spec it came from) for a value that does not
+    convert."""
+    kinds = parameter_types(cls)
+    place = f" in {where!r}" if where else ""
+    converted = {}
+    for key, value in params.items():
+        if not isinstance(value, str):
+            converted[key] = value
+            continue
+        kind, text = kinds.get(key, float), value.strip()
+        if kind is str:
+            converted[key] = text
+        elif kind is bool:
+            if text.lower() not in ("true", "1", "yes", "false", "0", "no"):
+                raise ValueError(f"{key}: expected true or false{place}, got {value!r}")
+            converted[key] = text.lower() in ("true", "1", "yes")
+        else:
+            try:
+                converted[key] = kind(text)
+            except ValueError:
+                noun = "an integer" if kind is int else "a number"
+                raise ValueError(f"{key}: expected {noun}{place}, got {value!r}") from None
+    return converted
 
 
 def parse(spec: str) -> Rule:
@@ -405,7 +462,6 @@ def parse_kind(kind: Kind, spec: str) -> Any:
     whole = getattr(cls, "spec_rest", None)
     if whole is not None:  # the rest of the spec is one parameter's value
         return make_kind(kind, name.strip(), {whole: rest.strip()} if rest.strip() else {})
-    kinds = parameter_types(cls)
     params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
@@ -414,8 +470,8 @@ def parse_kind(kind: Kind, spec: str) -> Any:
             raise ValueError(f"spec: expected key=value in {spec!r}, got {item!r}")
         if key in params:
             raise ValueError(f"{key}: given twice in {spec!r}")
-        params[key] = _convert(key, value, kinds.get(key, float), spec)
-    return make_kind(kind, name.strip(), params)
+        params[key] = value
+    return make_kind(kind, name.strip(), params, spec)
 
 
 def spec_of(rule: Rule) -> str:

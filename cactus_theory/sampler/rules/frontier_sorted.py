@@ -321,4 +321,6 @@ def solve_caps(
     found, feasible_low = _newton_cap(segment, delta, left, start, ~solve)
     found = _feasible_cap(segment, delta, found, feasible_low, solve)
     cap = torch.where(solve, found, torch.where(reaches, left, path.upper))
-    return torch.minimum(segment.lift_for(cap), cap), cap
+    # c_lo <= 1 <= c_hi (KKT): as ``rules.frontier._solve_caps``, a balance above 1 (small
+    # masses below the rounding of the large ones) is c_lo = 1.
+    return segment.lift_for(cap).clamp(max=1.0), cap

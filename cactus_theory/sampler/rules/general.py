@@ -51,9 +51,15 @@ def ids_for(rule: Rule, ids: Tensor):
 
 
 def back(values: object, like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-    """A rule's result as a tensor on ``like``'s device, in ``dtype`` (default like's)."""
-    tensor = torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
-    return tensor.to(device=like.device, dtype=dtype or like.dtype)
+    """A rule's result as a tensor on ``like``'s device, in ``dtype`` (default like's).
+
+    A writable numpy array is shared, not copied; a read-only one (a rule may return
+    ``np.broadcast_to`` views, which are read-only) is copied first, since torch shares
+    memory only with writable arrays (and warns otherwise)."""
+    if not torch.is_tensor(values):
+        array = np.asarray(values)
+        values = torch.as_tensor(array if array.flags.writeable else np.array(array))
+    return values.to(device=like.device, dtype=dtype or like.dtype)
 
 
 class TorchGeneral(TorchRule):
