@@ -61,14 +61,21 @@ def node_rows(
     children: Tensor,  # [R, K] drafted ids
     scheme: str,
 ) -> NodeRows:
-    """The ``NodeRows`` of a group of nodes (module docstring), in float64."""
-    target = target_rows.to(torch.float64)
-    draft = None if draft_rows is None or scheme == DETERMINISTIC else draft_rows.to(torch.float64)
+    """The ``NodeRows`` of a group of nodes (module docstring), in float64, each row
+    renormalised (a float32 law is a law only to ~1e-7, and rules are held to laws)."""
+    target = normalised(target_rows)
+    draft = None if draft_rows is None or scheme == DETERMINISTIC else normalised(draft_rows)
     ids = None
     if getattr(rule, "support_only", False):
         target, draft, children, ids = _packed(target, draft, children)
     source = target if draft is None else draft
     return NodeRows(target, proposals(source, children, scheme), children, ids)
+
+
+def normalised(rows: Tensor) -> Tensor:
+    """[R, V] float64 rows divided by their sums."""
+    values = rows.to(torch.float64)
+    return values / values.sum(dim=-1, keepdim=True)
 
 
 def _packed(target: Tensor, draft: Tensor | None, children: Tensor):

@@ -1,15 +1,12 @@
 """``cactus decode --tree`` and ``cactus bench decode --tree`` end to end, on the tiny saved
-checkpoints of ``test_decode_cli``."""
+checkpoints of ``tiny_pair`` (the fixtures in ``conftest``)."""
 
 import json
 
 import pytest
-import test_decode_cli as base
+from tiny_pair import decode_args
 
 from cactus_theory.cli import dispatch as cli
-
-checkpoints, private_cache = base.checkpoints, base.private_cache  # the same fixtures
-decode_args = base.decode_args
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "private_cache")
 
