@@ -57,6 +57,16 @@ def save(fig, folder: Path, name: str) -> tuple[Path, Path]:
     return png, svg
 
 
+def legend_below(fig, axes, columns: int) -> None:
+    """One legend under the panels: each label once, in the order the panels drew them."""
+    legend: dict = {}
+    for axis in axes.flat:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend.keys()), loc="lower center",
+               ncol=min(len(legend), columns), fontsize=8, frameon=False)  # fmt: skip
+
+
 def rows_where(rows: list[dict], **match: object) -> list[dict]:
     """The rows whose columns equal ``match``."""
     return [row for row in rows if all(row.get(key) == value for key, value in match.items())]

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from paper_figs.figure_kit import COLORS, Figure, plt, save
+from paper_figs.figure_kit import COLORS, Figure, legend_below, plt, save
 
 #: Below this KL per token (nats) a rule is drawn as lossless (a level line): float
 #: rounding of an exact 0 must not stretch the log axis to 1e-30.
@@ -113,12 +113,7 @@ def figure_real_tradeoff(
         series[title] = draw_panel(axis, data, title)
     for axis in list(axes.flat)[count:]:
         axis.set_visible(False)
-    legend: dict = {}
-    for axis in axes.flat:
-        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend.keys()), loc="lower center",
-               ncol=min(len(legend), 5), fontsize=8, frameon=False)  # fmt: skip
+    legend_below(fig, axes, 5)
     fig.suptitle("Exact acceptance against emitted KL on real contexts", y=1.0)
     fig.tight_layout(rect=(0, 0.1, 1, 0.97))
     png, svg = save(fig, folder, name)

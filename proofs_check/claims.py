@@ -9,8 +9,10 @@ they share work (one cvxpy solve serves Thm 2 and our γ* solver, for example).
 
 Checks live in ``checks_exact`` and ``checks_prop4`` (against cvxpy), ``checks_laws``
 (exact emitted laws: Thm 1, Thm 3, Γ(δ)), ``checks_budgets`` (our budget guarantees on
-those laws) and ``checks_closed_form`` (Cor. 5, Cor. 6, the overshoot). ``checks()`` lists
-them in the order the table shows them.
+those laws), ``checks_closed_form`` (Cor. 5, Cor. 6, the overshoot) and, for multi-draft
+(tree) verification, ``checks_trees`` (exact node laws, α*, the frontier) and
+``checks_trees_findings`` (the literature's claims, tested). ``checks()`` lists them in the
+order the table shows them.
 
 Tolerances (``budget_tolerance``, ``SOLVER_TOLERANCE``...) are stated where used; a "holds"
 verdict means no instance exceeded them.
@@ -151,6 +153,8 @@ def _registry() -> list[tuple[str, Callable[[Context], dict]]]:
         checks_exact,
         checks_laws,
         checks_prop4,
+        checks_trees,
+        checks_trees_findings,
     )
 
     return [
@@ -170,6 +174,13 @@ def _registry() -> list[tuple[str, Callable[[Context], dict]]]:
         ("frontier-budget", checks_budgets.check_frontier_budget),
         ("frontier-optimal", checks_exact.check_frontier_optimal),
         ("delta-zero", checks_budgets.check_delta_zero),
+        ("trees-lossless", checks_trees.check_lossless),
+        ("trees-alpha", checks_trees.check_alpha),
+        ("trees-frontier", checks_trees.check_frontier),
+        ("trees-kseq", checks_trees_findings.check_kseq_bound),
+        ("trees-replacement", checks_trees_findings.check_without_replacement),
+        ("trees-sglang-kl", checks_trees_findings.check_sglang_kl),
+        ("trees-figure2", checks_trees_findings.check_figure2),
     ]
 
 

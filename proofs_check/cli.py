@@ -61,7 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="SPEC",
         help="check this rule's properties (repeatable), e.g. --rule scaled-cactus:delta=1 "
-        "with --rules-module my_rules.py",
+        "with --rules-module my_rules.py; a tree rule (--rule cactus-tree:delta=1) gets the "
+        "tree checks",
     )
     rule_checks.add_argument(
         "--examples", type=int, default=60, help="hypothesis draws per property (default 60)"
@@ -75,18 +76,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run_rule_checks(args: argparse.Namespace) -> int:
     """``--rule``: check_rule on every spec, printed; 0 when all pass, 1 otherwise."""
-    from cactus_theory.core import rules
-    from cactus_theory.testing import CHECKS, check_rule
+    from cactus_theory.testing import CHECKS, TREE_CHECKS, check_rule, parse_any
 
-    chosen = [rules.parse(spec) for spec in args.rule]  # bad specs fail before any work
+    chosen = [parse_any(spec) for spec in args.rule]  # bad specs fail before any work
     only = None
     if args.only:
-        unknown = [name for name in args.only if name not in CHECKS]
+        known = (*CHECKS, *(name for name in TREE_CHECKS if name not in CHECKS))
+        unknown = [name for name in args.only if name not in known]
         if unknown:
-            raise ValueError(f"only: unknown rule check {unknown[0]!r}; choose from {CHECKS}")
+            raise ValueError(f"only: unknown rule check {unknown[0]!r}; choose from {known}")
         only = args.only
     passed = True
     for rule in chosen:
+        kind = TREE_CHECKS if hasattr(rule, "sibling_accepts") else CHECKS
         report = check_rule(
             rule,
             max_kl=args.max_kl,
@@ -94,7 +96,7 @@ def run_rule_checks(args: argparse.Namespace) -> int:
             examples=args.examples,
             seed=args.seed,
             device=args.device,
-            only=only,
+            only=None if only is None else [name for name in only if name in kind],
         )
         print(report)
         passed &= report.passed
@@ -106,9 +108,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"seed: must be >= 0, got {args.seed}")
     if args.rule:  # rule checks: no claims, no cvxpy
         if args.list:
-            from cactus_theory.testing import CHECKS
+            from cactus_theory.testing import CHECKS, TREE_CHECKS
 
             print("\n".join(CHECKS))
+            print("tree rules: " + ", ".join(TREE_CHECKS))
             return 0
         return run_rule_checks(args)
     from cactus_theory.util.files import atomic_write_text, check_writable

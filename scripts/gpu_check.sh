@@ -16,16 +16,20 @@
 # 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there);
 # 5. the real pool on CUDA against the CPU (scripts/gpu_pool_check.py): the CPU's sampled
 #    contexts teacher-forced on CUDA give the same (q, p) rows within 1e-4, and a pool built
-#    wholly on CUDA, its positions/s; then `cactus tradeoff --device cuda` on the stdlib pair.
+#    wholly on CUDA, its positions/s; then `cactus tradeoff --device cuda` on the stdlib pair;
+# 6. SGLang's tree kernel against our tree rule (scripts/sglang_tree_parity.py): the same
+#    nodes and uniforms through sgl_kernel's tree_speculative_sampling_target_only and
+#    trees.verify_node with sglang-tree, at four threshold settings (skipped, saying so,
+#    when sgl_kernel is not importable).
 #
 # The pair: if $CACTUS_CACHE (default ~/.cache/cactus-theory) already holds the CPU-trained
 # pair (copy that folder along to reuse it), it is used; otherwise a pair with the same
 # configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
 # minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
 # OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 140 s,
-# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s, pool 60 + 60 s (worst
-# case 660 s; a call may run 600 s, so give it timeout_s 600 and expect the last stage cut
-# only when the pair has to be trained).
+# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s, pool 60 + 60 s, SGLang tree
+# parity 60 s (worst case 720 s; a call may run 600 s, so give it timeout_s 600 and expect
+# the last stages cut only when the pair has to be trained).
 # Exit status 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -119,5 +123,9 @@ timeout 60 python -m cactus_theory.cli tradeoff --device cuda --dtype float32 --
   --dataset "$pair_dir/heldout_prompts.jsonl" --positions 1000 --cache "$out/pools" \
   --out "$out/tradeoff" > "$out/tradeoff.log" 2>&1 || status=1
 grep -E "^pool:|^sps |^cactus:delta=1.0 |frontier check|^On " "$out/tradeoff.log"
+stamp "SGLang tree kernel parity"
+PYTHONPATH=. timeout 60 python scripts/sglang_tree_parity.py --nodes 3000 \
+  --json "$out/sglang_tree_parity.json" > "$out/sglang_tree_parity.log" 2>&1 || status=1
+grep -E "skipped|mismatches|passed" "$out/sglang_tree_parity.log" | tr -d ' ' | paste -sd' '
 stamp "done (status $status)"
 exit "$status"

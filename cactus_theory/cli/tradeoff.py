@@ -24,6 +24,12 @@ It prints a table and a sentence for Cactus δ = 1 against SpS, and writes ``--o
 (default ``cactus-tradeoff``): ``tradeoff.json`` (schema in ``real.tradeoff.to_json``),
 ``tradeoff.csv`` and the figure ``tradeoff.png``/``.svg`` (acceptance against KL per token,
 log-x, the frontier as the envelope, one curve per family).
+
+``--tree 1,2,4`` computes the trade-off of tree rules instead (``real.tree_tradeoff``): one
+node of K children at every position, for each K and each drafting scheme of
+``--children`` (deterministic top-K, sampled with or without replacement), every tree rule
+beside the tree frontier, written as ``tree-tradeoff.json``, ``.csv`` and ``.png``; ``--rule``
+then names tree rules.
 """
 
 from __future__ import annotations
@@ -123,6 +129,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="cactus-tradeoff",
         help="folder for tradeoff.json, tradeoff.csv and the figure (default %(default)s)",
     )
+    parser.add_argument(
+        "--tree",
+        metavar="K,...",
+        help="tree rules instead of chain rules: one node of K children per position, for "
+        "each K given (e.g. 1,2,4)",
+    )
+    parser.add_argument(
+        "--children",
+        default="deterministic,with-replacement,without-replacement",
+        metavar="SCHEMES",
+        help="with --tree: how children are drafted, comma-separated (default: all three)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -146,11 +164,26 @@ def _check(args: argparse.Namespace) -> SamplingSettings:
 
 
 def _rules(args: argparse.Namespace) -> list[str]:
-    from cactus_theory.core import rules
+    from cactus_theory.core import rules, trees
     from cactus_theory.real.tradeoff import default_rules
 
+    if args.tree:
+        return [trees.spec_of(trees.parse(spec)) for spec in args.rule or []]
     specs = args.rule or default_rules()
     return [rules.spec_of(rules.parse(spec)) for spec in specs]  # a bad spec fails now
+
+
+def _tree_shape(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(node widths, drafting schemes) of ``--tree`` and ``--children``."""
+    from cactus_theory.core import trees
+    from cactus_theory.real.tree_tradeoff import SCHEMES
+
+    widths = trees.parse_widths(args.tree.replace("tree", ""))
+    schemes = tuple(item.strip() for item in args.children.split(",") if item.strip())
+    unknown = [scheme for scheme in schemes if scheme not in SCHEMES]
+    if unknown or not schemes:
+        raise ValueError(f"children: expected some of {', '.join(SCHEMES)}, got {args.children!r}")
+    return widths, schemes
 
 
 def _prompts(args: argparse.Namespace, pair) -> tuple[str, str]:
@@ -173,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
     sampling = _check(args)
     specs = _rules(args)
+    shape = _tree_shape(args) if args.tree else None
     set_threads(args.threads)
     device = device_from_args(args.device)
     say = (lambda text: None) if args.quiet else print
@@ -194,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         setup, settings, cache, device=str(device), dtype=args.dtype, progress=not args.quiet
     )
     print(f"pool: {pools.describe(pool)}")
+    if shape is not None:
+        return run_tree(args, pool, shape, specs, dataset, started)
     measured = None
     if not args.no_costs:
         measured = costs.measure_costs(
@@ -244,6 +280,68 @@ def run(args: argparse.Namespace) -> int:
         print(sentence)
     _write(args, data, dataset)
     return 0
+
+
+def run_tree(args, pool, shape, specs, dataset: str, started: float) -> int:
+    """``--tree``: the tree trade-off on the pool, printed and written (module docstring)."""
+    from cactus_theory.core import trees
+    from cactus_theory.real import tree_tradeoff
+    from paper_figs.figures_trees import figure_tree_tradeoff
+
+    widths, schemes = shape
+    chosen = None
+    if specs:
+        chosen = {s: [x for x in specs if s in trees.parse(x).schemes] for s in schemes}
+    result = tree_tradeoff.tree_tradeoff(pool, widths, schemes, chosen, k_max=args.k_max)
+    data = tree_tradeoff.to_json(
+        result, dataset=dataset, positions=len(pool), seconds=time.perf_counter() - started
+    )
+    for line in tree_table_lines(data):
+        print(line)
+    print()
+    if data["violations"]:
+        print("FRONTIER VIOLATED (a bug, please report): " + "; ".join(data["violations"]))
+    else:
+        print(
+            f"frontier check: no tree rule exceeds the frontier at its KL ({len(pool):,} positions)"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "tree-tradeoff.json", data, indent=1)
+    atomic_write_text(out / "tree-tradeoff.csv", tree_tradeoff.csv_text(data))
+    figure = figure_tree_tradeoff(data, out, name="tree-tradeoff")
+    if args.json:
+        atomic_write_json(args.json, data, indent=1)
+    written = [out / "tree-tradeoff.json", out / "tree-tradeoff.csv", figure]
+    print("wrote " + ", ".join(str(path) for path in written), file=sys.stderr)
+    return 1 if data["violations"] else 0
+
+
+def _cell(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def tree_table_lines(data: dict) -> list[str]:
+    """The tree trade-off as aligned text: per configuration, one line per rule (α of the
+    node, KL and TV per token, the frontier at its KL, how it was computed)."""
+    lines = []
+    for config in data["configurations"]:
+        lines.append(f"{config['scheme']} children, K = {config['width']}")
+        width = max(len("rule"), *(len(row["rule"]) for row in config["rows"]))
+        header = f"  {'rule':<{width}} {'α':>6} {'KL/token':>9} {'TV':>7} {'frontier':>8}  method"
+        lines += [header, "  " + "-" * (len(header) - 2)]
+        for row in config["rows"]:
+            if row["kl_infinite"]:
+                kl = "inf"
+            else:
+                kl = "-" if row["kl_per_token"] is None else _kl_text(row["kl_per_token"])
+            lines.append(
+                f"  {row['rule']:<{width}} {_cell(row['acceptance']):>6} {kl:>9}"
+                f" {_cell(row['tv_per_token']):>7} {_cell(row['frontier_acceptance']):>8}"
+                f"  {row['method']}"
+            )
+        lines.append("")
+    return lines
 
 
 def _write(args: argparse.Namespace, data: dict, dataset: str) -> None:

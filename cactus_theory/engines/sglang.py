@@ -32,10 +32,9 @@ def _unit(name: str, value: object, *, positive: bool) -> float:
     return number
 
 
-class SGLangThreshold(rules.Rule):
-    """Accept n iff q_n >= t_s, else with probability min(1, q_n / t_a); recover q without n."""
+class Thresholds:
+    """SGLang's two thresholds, as its chain and tree rules both take and declare them."""
 
-    name: ClassVar[str] = "sglang"
     support_only: ClassVar[bool] = True
     array_api: ClassVar[bool] = True
     lossless_at: ClassVar[Mapping[str, Any]] = {"threshold_single": 1.0, "threshold_acc": 1.0}
@@ -47,6 +46,12 @@ class SGLangThreshold(rules.Rule):
 
     def params(self) -> dict[str, Any]:
         return {"threshold_single": self.threshold_single, "threshold_acc": self.threshold_acc}
+
+
+class SGLangThreshold(Thresholds, rules.Rule):
+    """Accept n iff q_n >= t_s, else with probability min(1, q_n / t_a); recover q without n."""
+
+    name: ClassVar[str] = "sglang"
 
     @property
     def greedy_consistent(self) -> bool:

@@ -38,33 +38,21 @@ KL is larger).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from cactus_theory import rules, trees
-from cactus_theory.engines.sglang import _unit
+from cactus_theory.engines.sglang import Thresholds
 
 #: The smallest threshold_acc the kernel uses (``fmaxf(threshold_acc, 1e-9f)``).
 KERNEL_MIN_ACC = 1e-9
 
 
-class SGLangTree(trees.TreeRule):
+class SGLangTree(Thresholds, trees.TreeRule):
     """SGLang's tree kernel: one coin per node against the running sum of the children's q
     over t_a, or q(x_i) >= t_s; the remainder without the children when all fail."""
 
     name: ClassVar[str] = "sglang-tree"
     schemes: ClassVar[tuple[str, ...]] = (trees.DETERMINISTIC, trees.WITHOUT_REPLACEMENT)
-    array_api: ClassVar[bool] = True
-    support_only: ClassVar[bool] = True
-    lossless_at: ClassVar[Mapping[str, Any]] = {"threshold_single": 1.0, "threshold_acc": 1.0}
-    tunable: ClassVar[rules.Tunable] = rules.Tunable("threshold_acc", 1e-6, 1.0, increasing=False)
-
-    def __init__(self, threshold_single: float = 1.0, threshold_acc: float = 1.0) -> None:
-        self.threshold_single = _unit("threshold_single", threshold_single, positive=False)
-        self.threshold_acc = _unit("threshold_acc", threshold_acc, positive=True)
-
-    def params(self) -> dict[str, Any]:
-        return {"threshold_single": self.threshold_single, "threshold_acc": self.threshold_acc}
 
     @property
     def lossless(self) -> bool:  # type: ignore[override]

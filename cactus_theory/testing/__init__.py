@@ -17,6 +17,12 @@ returns a ``RuleReport`` (``.passed``, ``.failures`` with shrunk counterexamples
     def test_my_rule(rule, check):
         check(rule)
 
+A tree (multi-draft) rule is checked the same way, ``check_rule(trees.make("walk"))`` or
+``check_rule("cactus-tree:delta=1")``: its node law by enumeration over the drafted tuples
+against its closed forms and batched rows, what it declares (``lossless``,
+``support_only``, ``tunable``, ``array_api``), budgets, and the numpy node sampler by
+chi-square (``tree_checks``; ``TREE_CHECKS`` lists them).
+
 ``strategies`` holds the hypothesis strategies the checks draw from (rows with zeros, ties,
 one-hot and near-one-hot rows, masses near 1e-300, disjoint supports, processed rows,
 vocabularies up to 10^5, budgets), for your own properties. The command line does the same:
@@ -37,7 +43,9 @@ from cactus_theory.testing.checks import (
     CheckResult,
     RuleReport,
     check_rule,
+    parse_any,
 )
+from cactus_theory.testing.tree_checks import TREE_CHECKS, TreeRuleReport
 
 
 class RuleCheck:
@@ -72,22 +80,33 @@ def parametrize_with_rule_checks(
     import pytest
 
     from cactus_theory.core import rules as rule_registry
+    from cactus_theory.core import trees
 
     chosen = list(checks)
-    unknown = [name for name in chosen if name not in CHECKS]
+    known = (*CHECKS, *TREE_CHECKS)
+    unknown = [name for name in chosen if name not in known]
     if unknown:
-        raise ValueError(f"checks: unknown check {unknown[0]!r}; choose from {CHECKS}")
-    parsed = [rule_registry.parse(rule) if isinstance(rule, str) else rule for rule in rules]
-    items = [(rule, RuleCheck(name, options)) for rule in parsed for name in chosen]
-    ids = [f"{rule_registry.spec_of(rule)}-{check.name}" for rule, check in items]
+        raise ValueError(f"checks: unknown check {unknown[0]!r}; choose from {known}")
+    parsed = [parse_any(rule) if isinstance(rule, str) else rule for rule in rules]
+    items = [
+        (rule, RuleCheck(name, options))
+        for rule in parsed
+        for name in chosen
+        if name in (TREE_CHECKS if isinstance(rule, trees.TreeRule) else CHECKS)
+    ]
+    spec = {True: trees.spec_of, False: rule_registry.spec_of}
+    ids = [f"{spec[isinstance(rule, trees.TreeRule)](rule)}-{check.name}" for rule, check in items]
     return pytest.mark.parametrize("rule, check", items, ids=ids)
 
 
 __all__ = [
     "CHECKS",
+    "TREE_CHECKS",
     "CheckResult",
     "RuleCheck",
     "RuleReport",
+    "TreeRuleReport",
     "check_rule",
     "parametrize_with_rule_checks",
+    "parse_any",
 ]

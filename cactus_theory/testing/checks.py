@@ -29,6 +29,10 @@ sampler-law-chi-square        the sampler's emitted token, 12,000 draws per pair
                               pairs, against the exact law: chi-square, level 1e-3 in all
 ============================  =============================================================
 
+A tree (multi-draft) rule, or a spec naming one, gets the tree checks instead
+(``tree_checks``: its node law by enumeration over drafted tuples against its closed
+forms, its declarations, and the numpy node sampler by chi-square).
+
 The torch checks run when torch is installed (else they are skipped, saying why), on
 ``device``. Tolerances are absolute on probabilities (1e-9) and relative on divergences.
 A check that raises is a failed result saying what was raised; the report is never lost.
@@ -44,9 +48,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cactus_theory.core import rules
+from cactus_theory.core import rules, trees
 from cactus_theory.core.rules.base import Rule
-from cactus_theory.testing import law_checks, torch_checks
+from cactus_theory.core.trees import TreeRule
+from cactus_theory.testing import law_checks, torch_checks, tree_checks
 from cactus_theory.testing.law_checks import LARGE_FRACTION
 from cactus_theory.testing.search import (
     ATOL,
@@ -114,11 +119,14 @@ def _checked_options(
     seed: int,
     device: str,
     only: Iterable[str] | None,
-) -> tuple[Rule, list[str]]:
+) -> tuple[Rule | TreeRule, list[str]]:
     if isinstance(rule, str):
-        rule = rules.parse(rule)
-    if not isinstance(rule, Rule):
-        raise ValueError(f"rule: expected a rules.Rule or a spec string, got {type(rule).__name__}")
+        rule = parse_any(rule)
+    if not isinstance(rule, Rule | TreeRule):
+        raise ValueError(
+            f"rule: expected a rules.Rule, a trees.TreeRule or a spec string, "
+            f"got {type(rule).__name__}"
+        )
     for key, bound in (("max_kl", max_kl), ("max_tv", max_tv)):
         if bound is not None and (
             isinstance(bound, bool) or not isinstance(bound, int | float) or not bound >= 0
@@ -130,15 +138,24 @@ def _checked_options(
         raise ValueError(f"seed: must be an integer, got {seed!r}")
     if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
         raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}")
-    chosen = list(CHECKS if only is None else only)
-    unknown = [name for name in chosen if name not in CHECKS]
+    known = tree_checks.TREE_CHECKS if isinstance(rule, TreeRule) else CHECKS
+    chosen = list(known if only is None else only)
+    unknown = [name for name in chosen if name not in known]
     if unknown:
-        raise ValueError(f"only: unknown check {unknown[0]!r}; choose from {CHECKS}")
+        raise ValueError(f"only: unknown check {unknown[0]!r}; choose from {known}")
     return rule, chosen
 
 
+def parse_any(spec: str) -> Rule | TreeRule:
+    """The chain rule or the tree rule a spec names (the two kinds' names never clash)."""
+    name = spec.partition(":")[0].strip() if isinstance(spec, str) else spec
+    if isinstance(name, str) and name not in rules.names() and name in trees.names():
+        return trees.parse(spec)
+    return rules.parse(spec)
+
+
 def check_rule(
-    rule: Rule | str,
+    rule: Rule | TreeRule | str,
     *,
     max_kl: float | None = None,
     max_tv: float | None = None,
@@ -146,8 +163,9 @@ def check_rule(
     seed: int = 0,
     device: str = "cpu",
     only: Iterable[str] | None = None,
-) -> RuleReport:
-    """Check every property of ``rule`` (a ``rules.Rule`` or a spec; module docstring).
+) -> RuleReport | tree_checks.TreeRuleReport:
+    """Check every property of ``rule`` (a ``rules.Rule``, a ``trees.TreeRule`` or a spec;
+    module docstring).
 
     ``max_kl`` / ``max_tv``: budgets the emitted law must keep (nats / total variation),
     checked when given. ``examples``: hypothesis draws per property. ``seed``: fixes every
@@ -156,6 +174,10 @@ def check_rule(
     counterexample, never an exception. Bad arguments are a ValueError naming them.
     """
     rule, chosen = _checked_options(rule, max_kl, max_tv, examples, seed, device, only)
+    if isinstance(rule, TreeRule):
+        return tree_checks.check_tree_rule(
+            rule, max_kl=max_kl, max_tv=max_tv, examples=examples, seed=seed, only=chosen
+        )
     from cactus_theory.testing import strategies
 
     options = {"max_kl": max_kl, "max_tv": max_tv, "examples": examples, "seed": seed}
@@ -178,5 +200,6 @@ __all__ = [
     "RuleReport",
     "check_rule",
     "chi_square_pvalue",
+    "parse_any",
     "sampled_first_tokens",
 ]

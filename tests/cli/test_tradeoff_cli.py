@@ -149,3 +149,39 @@ def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkey
     finally:
         rules.REGISTRY.pop("test-half-written", None)
     assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")
+
+
+def test_tree_tradeoff_writes_exact_tree_rows_and_the_frontier(pair, tmp_path, capsys):
+    """``--tree``: tree rules on the same pool, recomputed through the library."""
+    words = arguments(pair, tmp_path, "--no-costs", "--k-max", "2")
+    words = [w for w in words if w not in RULES and w != "--rule"]
+    tree_rules = ["walk", "cactus-tree:delta=0.5", "rrs", "k-seq"]
+    for spec in tree_rules:
+        words += ["--rule", spec]
+    code = cli.main([*words, "--tree", "1,2", "--children", "deterministic,with-replacement"])
+    out = capsys.readouterr().out
+    assert code == 0 and "frontier check: no tree rule exceeds the frontier" in out
+    data = json.loads((tmp_path / "out" / "tree-tradeoff.json").read_text())
+    assert [(c["scheme"], c["width"]) for c in data["configurations"]] == [
+        ("deterministic", 1), ("deterministic", 2), ("with-replacement", 1),
+        ("with-replacement", 2),
+    ]  # fmt: skip
+    setup = load_setup(Pair(pair["verifier"], pair["draft"]), "cpu", "float32",
+                       pair["prompts"], 4, raw=True)  # fmt: skip
+    sampling = SamplingSettings(0.6, 20, 0.95)
+    settings = pools.PoolSettings(positions=20, num_prompts=4, max_new_tokens=10,
+                                  sampling=sampling, batch_size=2)  # fmt: skip
+    pool = pools.build_pool(setup, settings, tmp_path / "cache", device="cpu",
+                            dtype="float32", progress=False)  # fmt: skip
+    from cactus_theory.real import tree_tradeoff
+
+    # every --rule that supports the scheme: walk, cactus-tree and rrs (k-seq is i.i.d. only)
+    specs = ["walk", "cactus-tree:delta=0.5", "rrs"]
+    wanted = tree_tradeoff.configuration(pool, "deterministic", 2, specs)
+    got = data["configurations"][1]["rows"]
+    for mine, theirs in zip(got, wanted.rows, strict=True):
+        assert mine["acceptance"] == pytest.approx(theirs.acceptance, abs=1e-12)
+        assert mine["frontier_acceptance"] == pytest.approx(theirs.frontier_acceptance, abs=1e-12)
+    assert (tmp_path / "out" / "tree-tradeoff.png").stat().st_size > 10_000
+    assert cli.main([*words, "--tree", "2", "--children", "beam"]) == 2
+    assert "children: expected some of" in capsys.readouterr().err

@@ -32,6 +32,21 @@ MUST_HOLD = {
     "ours.delta0",
     *(f"thm2.{name}" for name in ("kl", "reverse-kl", "chi2", "hellinger", "tv", "js")),
     *(f"ours.gamma.{name}" for name in ("kl", "reverse-kl", "chi2", "hellinger", "tv", "js")),
+    # multi-draft (tree) verification: checks_trees and checks_trees_findings
+    "trees.lossless",
+    "trees.below-optimum",
+    "trees.alpha-three-ways",
+    "trees.rrs-acceptance",
+    "trees.alpha-det",
+    "trees.frontier-dominates",
+    "trees.frontier-exact",
+    "trees.cactus-tree-frontier",
+    "trees.monotone",
+    "trees.kseq-bound",
+    "trees.without-replacement.rrs",
+    "trees.without-replacement.optimum",
+    "trees.sglang-kl",
+    "trees.figure2",
 }
 MUST_FAIL = {"thm3.gamma", "prop4.gsps"}
 

@@ -13,6 +13,9 @@
 - ``law``: the exact node law and acceptance by enumeration over drafted tuples
   (``node_law``, ``node_acceptance``, ``node_divergence``, ``node_law_rows``);
 - ``sample``: the numpy node sampler from uniforms (``sample_node``, ``verify_node``);
+- ``optimum``: the lossless optimum α* (``optimal_acceptance``: cut, sort or lp);
+- ``frontier``: the constrained frontier α*_{K,δ} (``frontier_acceptance``);
+- ``sequences``: a whole tree of depth D (``tree_statistics``: E[accepted], KL per step);
 - ``rules``: the built-in tree rules (``walk``, ``rrs``, ``lift:SPEC``, ...).
 """
 
@@ -45,6 +48,12 @@ from cactus_theory.core.trees.registry import _register_builtins as _builtins
 
 _builtins()
 
+from cactus_theory.core.trees.frontier import (  # noqa: E402
+    core_base,
+    frontier_acceptance,
+    frontier_rows,
+    lexicographic_base,
+)
 from cactus_theory.core.trees.law import (  # noqa: E402
     NodeLaw,
     closed_form,
@@ -54,10 +63,18 @@ from cactus_theory.core.trees.law import (  # noqa: E402
     node_divergence,
     node_law,
     node_law_rows,
+    tuple_law,
 )
+from cactus_theory.core.trees.optimum import optimal_acceptance, sorted_optimum  # noqa: E402
 from cactus_theory.core.trees.rules import (  # noqa: E402
+    CactusRRS,
+    CactusTree,
+    KSeq,
     LiftedRule,
+    MedusaTypical,
+    OptimalVerifier,
     RecursiveRejection,
+    SpecHub,
     Walk,
     lift,
     rrs_acceptance,
@@ -67,6 +84,13 @@ from cactus_theory.core.trees.sample import (  # noqa: E402
     draft_children,
     sample_node,
     verify_node,
+)
+from cactus_theory.core.trees.sequences import (  # noqa: E402
+    TreeStats,
+    parse_widths,
+    predicted_length,
+    top_children,
+    tree_statistics,
 )
 
 
@@ -86,22 +110,33 @@ __all__ = [
     "TREES",
     "WITHOUT_REPLACEMENT",
     "WITH_REPLACEMENT",
+    "CactusRRS",
+    "CactusTree",
+    "KSeq",
     "LiftedRule",
+    "MedusaTypical",
+    "OptimalVerifier",
+    "SpecHub",
     "Node",
     "NodeLaw",
     "NodeSample",
     "RecursiveRejection",
     "TreeRule",
+    "TreeStats",
     "Walk",
     "as_tree_rule",
     "closed_form",
     "conditional_law",
+    "core_base",
     "decide",
     "draft_children",
     "drafted_tuples",
     "end_probs",
+    "frontier_acceptance",
+    "frontier_rows",
     "enumerate_node",
     "hub_token",
+    "lexicographic_base",
     "lift",
     "make",
     "names",
@@ -109,12 +144,19 @@ __all__ = [
     "node_divergence",
     "node_law",
     "node_law_rows",
+    "optimal_acceptance",
+    "sorted_optimum",
+    "tuple_law",
     "parse",
+    "parse_widths",
+    "predicted_length",
     "proposals",
     "register",
     "rrs_acceptance",
     "rule_class",
     "sample_node",
     "spec_of",
+    "top_children",
+    "tree_statistics",
     "verify_node",
 ]

@@ -56,12 +56,15 @@ MAX_TUPLES = 4_000_000
 class NodeLaw:
     """The exact behaviour of a rule at one node.
 
-    ``law`` [V]: the law of the emitted token; ``acceptance``: P(some child accepted);
-    ``ends`` [K+1]: P(the node ends at child i) for i < K, then P(every child rejected);
-    ``tuples``: how many drafted tuples were enumerated.
+    ``law`` [V]: the law of the emitted token; ``accepted`` [V]: its part from accepted
+    children (law − accepted is P(every child rejected) times the residual's law);
+    ``acceptance``: P(some child accepted) = Σ accepted; ``ends`` [K+1]: P(the node ends
+    at child i) for i < K, then P(every child rejected); ``tuples``: how many drafted
+    tuples were enumerated.
     """
 
     law: Array
+    accepted: Array
     acceptance: float
     ends: Array
     tuples: int
@@ -81,35 +84,55 @@ def drafted_tuples(node: Node, support: Array | None = None) -> Array:
     node's vocabulary); ``support`` overrides the draft's support (packed rows)."""
     if node.scheme == DETERMINISTIC:
         return np.asarray([node.children], dtype=np.int64)
-    tokens = np.flatnonzero(node.draft > 0) if support is None else np.asarray(support)
-    size, width = tokens.size, node.k
-    if node.scheme == WITH_REPLACEMENT:
+    return scheme_tuples(node.draft, node.k, node.scheme, support)
+
+
+def scheme_tuples(draft: Array, width: int, scheme: str, support: Array | None = None) -> Array:
+    """[T, K] int64: every tuple ``scheme`` can draft with ``width`` children from the
+    draft row [V] (sampled schemes; ``support`` defaults to the tokens with p > 0)."""
+    tokens = np.flatnonzero(draft > 0) if support is None else np.asarray(support)
+    size = tokens.size
+    if scheme == WITH_REPLACEMENT:
         count = size**width
-        _guard(count, node)
+        _guard(count, scheme, width, size)
         grid = np.stack(np.unravel_index(np.arange(count), (size,) * width), axis=-1)
         return tokens[grid]
-    if node.scheme == WITHOUT_REPLACEMENT:
-        _guard(math.perm(size, width), node)
+    if scheme == WITHOUT_REPLACEMENT:
+        _guard(math.perm(size, width), scheme, width, size)
         picks = np.fromiter(
             itertools.chain.from_iterable(itertools.permutations(range(size), width)),
             dtype=np.int64,
         )
         return tokens[picks.reshape(-1, width)]
-    if node.scheme == HUB:
-        hub = int(hub_token(node.draft))
+    if scheme == HUB:
+        hub = int(hub_token(draft))
         others = tokens[tokens != hub]
         pairs = [np.stack([others, np.full_like(others, hub)], -1)]
         pairs.append(np.stack([np.full_like(others, hub), others], -1))
         return np.concatenate(pairs).astype(np.int64)
-    raise ValueError(f"node: unknown scheme {node.scheme!r}")
+    raise ValueError(f"scheme: expected a sampled scheme, got {scheme!r}")
 
 
-def _guard(count: int, node: Node) -> None:
+def tuple_probabilities(draft: Array, tuples: Array, scheme: str) -> Array:
+    """[T]: P(x) = Π_i π_i(x_i) for tuples [T, K] drafted by ``scheme`` from ``draft`` [V]."""
+    shape = (tuples.shape[0], draft.shape[-1])
+    rows = proposals(np.broadcast_to(draft, shape), tuples, scheme)
+    return np.prod(np.take_along_axis(rows, tuples[..., None], -1)[..., 0], axis=-1)
+
+
+def tuple_law(node: Node) -> tuple[Array, Array]:
+    """(tuples [T, K], probabilities [T]): every tuple the node can draft (on its full
+    vocabulary) with P(x) = Π_i π_i(x_i); the probabilities sum to 1."""
+    tuples = drafted_tuples(node)
+    return tuples, tuple_probabilities(node.draft, tuples, node.scheme)
+
+
+def _guard(count: int, scheme: str, width: int, size: int) -> None:
     if count > MAX_TUPLES:
         raise ValueError(
-            f"node: {count} drafted tuples ({node.scheme}, k={node.k}, draft support "
-            f"{int(np.count_nonzero(node.draft))}) are too many to enumerate (at most "
-            f"{MAX_TUPLES}); use a smaller support (top-k) or trees.closed_form"
+            f"node: {count} drafted tuples ({scheme}, k={width}, draft support {size}) are "
+            f"too many to enumerate (at most {MAX_TUPLES}); use a smaller support (top-k) "
+            "or trees.closed_form"
         )
 
 
@@ -144,7 +167,8 @@ def enumerate_node(rule: TreeRule | str, node: Node) -> NodeLaw:
     packed, ids = _packed(rule, node)
     tuples = drafted_tuples(packed)
     vocab, width = packed.vocab_size, packed.k
-    law = np.zeros(vocab)
+    accepted = np.zeros(vocab)
+    rejected = np.zeros(vocab)
     ends = np.zeros(width + 1)
     per_chunk = max(1, CHUNK_ELEMENTS // (width * vocab))
     for start in range(0, tuples.shape[0], per_chunk):
@@ -158,10 +182,11 @@ def enumerate_node(rule: TreeRule | str, node: Node) -> NodeLaw:
         residual = np.asarray(rule.final_residual(target, rows, children), dtype=np.float64)
         outcome = end_probs(accepts)  # [T, K+1]
         ends += chance @ outcome
-        np.add.at(law, children.reshape(-1), (chance[:, None] * outcome[:, :-1]).reshape(-1))
-        law += (chance * outcome[:, -1]) @ _normalised(np.broadcast_to(residual, target.shape))
-    full = law if ids is None else _unpack(law, ids, node.vocab_size)
-    return NodeLaw(full, float(1.0 - ends[-1]), ends, int(tuples.shape[0]))
+        np.add.at(accepted, children.reshape(-1), (chance[:, None] * outcome[:, :-1]).reshape(-1))
+        rejected += (chance * outcome[:, -1]) @ _normalised(np.broadcast_to(residual, target.shape))
+    if ids is not None:
+        accepted, rejected = (_unpack(a, ids, node.vocab_size) for a in (accepted, rejected))
+    return NodeLaw(accepted + rejected, accepted, float(1.0 - ends[-1]), ends, int(tuples.shape[0]))
 
 
 def _normalised(rows: Array) -> Array:
