@@ -14,16 +14,19 @@ token) the law is q: 0.
 As for chains (``sampler.divergence_meter``), a row's sum is an unbiased estimate of the
 KL of (text, tree phase) between the rule's law and the verifier's, and an upper bound in
 expectation on the text's KL.
+
+``accepted_moments`` gives the exact mean and second moment of a whole tree's accepted
+length (deterministic children), which ``real.theory_trees`` compares with decoding.
 """
 
 from __future__ import annotations
 
 import torch
 
-from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, conditional_law
+from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, conditional_law, end_probs
 from cactus_theory.sampler.divergences import kl_div
 from cactus_theory.sampler.rules.general import back
-from cactus_theory.sampler.tree_rows import node_rows
+from cactus_theory.sampler.tree_rows import node_rows, sibling_accepts
 from cactus_theory.sampler.tree_structure import TreeStructure
 from cactus_theory.sampler.tree_verify import TreeWalk
 
@@ -83,3 +86,34 @@ def tree_divergence(
             target_rows = target_probs[rows, node].to(torch.float64)  # [R, V]
             kl[rows, depth], tv[rows, depth] = node_divergence(rule, target_rows, drafted)
     return kl, tv
+
+
+def accepted_moments(
+    rule: TreeRule,
+    target_probs: Tensor,  # [A, N+1, V]
+    tokens: Tensor,  # [A, N+1]
+    structure: TreeStructure,
+) -> tuple[Tensor, Tensor]:
+    """(E[L] [A], E[L²] [A]) float64 of the accepted length L of one walk of each row's
+    tree with deterministic children: the walk reaches a child of u at rank r with
+    P(reach u) · P_r(u) (``core.trees.base.end_probs`` of the rule's sequential
+    acceptances at u), so E[L] = Σ_v P(reach v) over the drafted nodes, and, since a path
+    of L nodes has L² = Σ_{j<=L} (2j − 1), E[L²] = Σ_v P(reach v)(2 depth(v) − 1)."""
+    batch, nodes = structure.parents.shape
+    reach = torch.zeros(batch, nodes, dtype=torch.float64, device=target_probs.device)
+    reach[:, 0] = 1.0
+    counts = structure.num_children
+    for depth in range(structure.levels):
+        here = (structure.depth == depth) & (counts > 0)  # [A, N+1]
+        for size in torch.unique(counts[here]).tolist():
+            rows, node = torch.nonzero(here & (counts == size), as_tuple=True)  # [M]
+            kids = structure.children[rows, node, :size]  # [M, K]
+            drafted = tokens[rows].gather(1, kids)
+            group = node_rows(rule, target_probs[rows, node], None, drafted, DETERMINISTIC)
+            ends = end_probs(sibling_accepts(rule, group))  # [M, K+1]
+            reach[rows[:, None], kids] = reach[rows, node][:, None] * ends[:, :size]
+    drafted = structure.parents >= 0  # [A, N+1]
+    weights = torch.where(drafted, reach, 0.0)
+    length = weights.sum(dim=1)
+    square = (weights * (2 * structure.depth - 1).to(torch.float64)).sum(dim=1)
+    return length, square
