@@ -295,14 +295,21 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
 
 def choose_dtype(pair: Pair, device, args: argparse.Namespace):
     """``--dtype auto``: the dtype measured fastest for a verify forward of k + 1 tokens
-    (the run's largest k) at batch 1 (``cactus_theory.real.precision``); prints the choice
-    and the two times."""
+    (the run's largest k, or a tree's nodes + 1) at batch 1 (``cactus_theory.real.precision``);
+    prints the choice and the two times."""
     import torch
 
     from cactus_theory.real.precision import choose_dtype as measured_choice
 
     ks = args.k if isinstance(args.k, list | tuple) else [args.k]
-    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), 1 + max(ks))
+    tokens = [1 + k for k in ks or [1]]
+    trees = getattr(args, "tree", None)
+    for tree in [trees] if isinstance(trees, str) else trees or []:
+        from cactus_theory.decode.tree_shape import parse_tree
+
+        shape = parse_tree(tree)
+        tokens.append(1 + (shape.auto if shape.auto is not None else shape.nodes))
+    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), max(tokens))
     print(choice.describe(), flush=True)
     return choice
 
