@@ -277,13 +277,12 @@ def _tree_loop(
         if budget is not None:  # each row's rule this step, and its KL at every node
             with clock("meter"):
                 rules_per_row = budget.choose(active.rows, target_probs, tree, structure)
-        with clock("sampler"):  # the path, its tokens and the emitted token
-            walked = tree_steps.walk(rules_per_row, target_probs, tree, structure, scheme, uniforms)
+        with clock("sampler"):  # the path, its tokens, the emitted token (and their laws' KL)
+            walked = tree_steps.walk(
+                rules_per_row, target_probs, tree, structure, scheme, uniforms, prepared.meter
+            )
         if prepared.meter:
-            with clock("meter"):
-                measured = tree_steps.measure(
-                    rules_per_row, target_probs, tree, structure, scheme, walked
-                )
+            measured = tree_steps.measure(walked, rules_per_row)
         log.record(active.rows, walked.num_accepted, structure.real.sum(dim=1) - 1)
         log.record_tree(active.rows, walked.outcomes, walked.num_children)
         verified = torch.full_like(walked.num_accepted, walked.outcomes.shape[1])  # [A]

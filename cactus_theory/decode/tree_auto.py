@@ -3,7 +3,8 @@
 1. **Acceptance by depth and rank**, α(d, r), measured by decoding a few prompts with a
    calibration tree (``calibration_shape``: a spine of depth L where the root and every
    rank-0 node have R children, so every depth is reached and every rank tried) with the
-   run's rule, children and sampling (``decode.tree_stats``).
+   run's rule, children and sampling (``decode.tree_stats``), each cell shrunk towards its
+   rank's value over all depths by ``PRIOR_COUNT`` pseudo-counts (``shrunk_table``).
 2. **Costs**, measured on the decoder's own caches: a draft forward over a frontier of F
    nodes (F = 1, 2, 4, 8, 16) and a verifier forward over n tree nodes (n = 1, 2, 4, ...,
    up to the budget + 1) on a KV cache of the prompt, ``repeats`` interleaved rounds, the
@@ -30,16 +31,18 @@ import torch
 
 from cactus_theory.core.trees.shape_search import Choice, choose_template
 from cactus_theory.decode.tree_shape import TreeShape, parse_tree
-from cactus_theory.decode.tree_stats import ratios
 
 Tensor = torch.Tensor
+Array = np.ndarray
 
 #: The calibration spine: depth and children per spine node.
 SPINE_DEPTH = 6
 SPINE_WIDTH = 6
 #: Calibration decoding: prompts (rows of the run) and new tokens per prompt.
-CALIBRATION_ROWS = 2
-CALIBRATION_TOKENS = 48
+CALIBRATION_ROWS = 4
+CALIBRATION_TOKENS = 64
+#: Pseudo-counts pulling a rarely reached α(d, r) towards its rank's value over all depths.
+PRIOR_COUNT = 10
 #: Frontier sizes a draft forward is timed at.
 FRONTIERS = (1, 2, 4, 8, 16)
 REPEATS = 5
@@ -193,6 +196,15 @@ def choose_tree(verifier, draft, prepared, rule, scheme: str, shape: TreeShape) 
     return chosen
 
 
+def shrunk_table(ended: Array, reached: Array) -> Array:
+    """α(d, r) [L, R] = (ended + m α(r)) / (reached + m): each cell pulled towards its
+    rank's value pooled over depths, α(r) = Σ_d ended / Σ_d reached, with m =
+    ``PRIOR_COUNT`` pseudo-counts, so a cell reached a few times (deep in the spine) does
+    not swing the choice; 0 where a rank was never tried."""
+    pooled = ended.sum(axis=0) / np.maximum(reached.sum(axis=0), 1.0)  # [R]
+    return (ended + PRIOR_COUNT * pooled) / (reached + PRIOR_COUNT)
+
+
 def measure_acceptance(verifier, draft, prepared, rule, scheme) -> tuple[np.ndarray, dict]:
     """α(d, r) [L, R] from decoding the calibration spine on the run's first rows."""
     from cactus_theory.decode.generate import _tree_loop
@@ -207,9 +219,7 @@ def measure_acceptance(verifier, draft, prepared, rule, scheme) -> tuple[np.ndar
     )  # fmt: skip
     result = _tree_loop(verifier, draft, calibration, rule, calibration_shape(), scheme, None)
     ended, reached = result.ends_by_rank
-    table = np.array(
-        [[value or 0.0 for value in row] for row in ratios(ended, reached)], dtype=np.float64
-    )
+    table = shrunk_table(np.array(ended, dtype=np.float64), np.array(reached, dtype=np.float64))
     timing = result.timing
     calls = max(timing.get("verifier_calls", 1), 1)
     rest = timing["total"] - timing.get("prefill", 0.0) - timing.get("draft", 0.0)

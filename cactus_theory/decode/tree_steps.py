@@ -42,7 +42,6 @@ from cactus_theory.decode.tree_draft import (
 from cactus_theory.decode.tree_shape import TreeShape
 from cactus_theory.sampler.divergence_meter import StepDivergence
 from cactus_theory.sampler.processors import process_logits
-from cactus_theory.sampler.tree_meter import tree_divergence
 from cactus_theory.sampler.tree_structure import TreeStructure, ancestors
 from cactus_theory.sampler.tree_verify import TreeWalk
 
@@ -142,13 +141,15 @@ def walk(
     structure: TreeStructure,
     scheme: str,
     uniforms: tuple[Tensor, Tensor],  # ([A, D], [A])
+    measure: bool = False,
 ) -> TreeWalk:
-    """``sampler.verify_tree`` per group of rows sharing a rule, merged into one walk."""
+    """``sampler.verify_tree`` per group of rows sharing a rule, merged into one walk (with
+    ``measure``, the meter's KL and TV of every emitted token)."""
     batch = target_probs.shape[0]
     if len(set(rules_per_row)) == 1:  # one rule: no copies of the rows
         return sampler.verify_tree(
             target_probs, tree.draft_probs, structure, tree.tokens, rules_per_row[0], scheme,
-            uniforms=uniforms, check=False,
+            uniforms=uniforms, check=False, measure=measure,
         )  # fmt: skip
     walks = []
     for rule in dict.fromkeys(rules_per_row):
@@ -166,47 +167,17 @@ def walk(
                     scheme,
                     uniforms=(uniforms[0][index], uniforms[1][index]),
                     check=False,
+                    measure=measure,
                 ),
             )
         )
     return merge_walks(walks, batch, structure.levels, target_probs.device)
 
 
-def measure(
-    rules_per_row: list[TreeRule],
-    target_probs: Tensor,  # [A, N+1, V]
-    tree: DraftTree,
-    structure: TreeStructure,
-    scheme: str,
-    walked: TreeWalk,
-) -> StepDivergence:
-    """KL(e ‖ q) and TV at every depth of each row's walk [A, D] (``sampler.tree_meter``)."""
-    batch, levels = walked.outcomes.shape
-    kl = torch.zeros(batch, levels, dtype=torch.float64, device=target_probs.device)
-    tv = torch.zeros_like(kl)
-    if len(set(rules_per_row)) == 1:  # one rule: no copies of the rows
-        kl, tv = tree_divergence(
-            rules_per_row[0], target_probs, tree.tokens, structure, scheme, walked
-        )
-        return StepDivergence(kl, tv, rules_per_row)
-    for rule in dict.fromkeys(rules_per_row):
-        rows = torch.tensor(
-            [index for index, item in enumerate(rules_per_row) if item == rule],
-            device=target_probs.device,
-        )
-        kl[rows], tv[rows] = tree_divergence(
-            rule, target_probs[rows], tree.tokens[rows], TreeStructure.of(tree.parents[rows]),
-            scheme, select_walk(walked, rows),
-        )  # fmt: skip
-    return StepDivergence(kl, tv, rules_per_row)
-
-
-def select_walk(walked: TreeWalk, rows: Tensor) -> TreeWalk:
-    """The walk of rows ``rows`` [R] only."""
-    return TreeWalk(
-        walked.token_ids[rows], walked.num_accepted[rows], walked.path[rows],
-        walked.outcomes[rows], walked.num_children[rows],
-    )  # fmt: skip
+def measure(walked: TreeWalk, rules_per_row: list[TreeRule]) -> StepDivergence:
+    """KL(e ‖ q) and TV at every depth of each row's walk [A, D], as the walk measured them
+    (``verify_tree(measure=True)``; ``sampler.tree_meter``)."""
+    return StepDivergence(walked.kl, walked.tv, rules_per_row)
 
 
 def merge_walks(parts: list[tuple[Tensor, TreeWalk]], batch: int, levels: int, device) -> TreeWalk:
@@ -217,6 +188,9 @@ def merge_walks(parts: list[tuple[Tensor, TreeWalk]], batch: int, levels: int, d
     outcomes = torch.full((batch, levels), -1, dtype=torch.int64, device=device)
     counts = torch.zeros_like(outcomes)
     accepted = torch.zeros(batch, dtype=torch.int64, device=device)
+    measured = parts[0][1].kl is not None
+    kl = torch.zeros(batch, levels, dtype=torch.float64, device=device) if measured else None
+    tv = torch.zeros_like(kl) if measured else None
     for index, part in parts:
         width = part.token_ids.shape[1]
         token_ids[index, :width] = part.token_ids
@@ -224,7 +198,9 @@ def merge_walks(parts: list[tuple[Tensor, TreeWalk]], batch: int, levels: int, d
         outcomes[index, : width - 1] = part.outcomes
         counts[index, : width - 1] = part.num_children
         accepted[index] = part.num_accepted
-    return TreeWalk(token_ids, accepted, path, outcomes, counts)
+        if measured:
+            kl[index, : width - 1], tv[index, : width - 1] = part.kl, part.tv
+    return TreeWalk(token_ids, accepted, path, outcomes, counts, kl, tv)
 
 
 def compact(

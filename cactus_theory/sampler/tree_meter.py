@@ -1,14 +1,17 @@
 """The divergence meter for trees: KL(e ‖ q) and TV(e, q) of every token a tree walk emits.
 
 The token emitted at a node with children S (accepted child or residual, one draw either
-way) has the node's law. For **deterministic children** S is a function of the history
-(the draft's state at the step's start), so the law given the history is the conditional
-law e(· | S) = Σ_i P_i e_{x_i} + Π_j (1 − a_j) r (``core.trees.base.conditional_law``):
-exact, one rule call per visited node. For **sampled children** of a rule that declares
-``lossless`` the law is q, so the meter reads 0 exactly. For sampled children of any other
-rule the law is an expectation over the drafted tuples (V^K of them) and is not computed:
-the decoder refuses that combination with the meter on (``decode.tree_rules``), rather
-than print a number it cannot stand behind. At a node without children (a leaf's bonus
+way) has the node's law; the walk measures it as it goes (``verify_tree(measure=True)``,
+from the acceptances and residuals it computes anyway), and ``node_divergence`` gives it
+for any nodes (the KL budget's worst case). For **deterministic children** S is a
+function of the history (the draft's state at the step's start), so the law given the
+history is the conditional law e(· | S) = Σ_i P_i e_{x_i} + Π_j (1 − a_j) r
+(``core.trees.base.conditional_law``): exact, from the rule's acceptances and residual at
+the node. For **sampled children** of a rule that declares ``lossless`` the law is q, so
+the meter reads 0 exactly. For sampled children of any other rule the law is an
+expectation over the drafted tuples (V^K of them) and is not computed: the walk and the
+decoder refuse that combination with the meter on, rather than print a number they cannot
+stand behind. At a node without children (a leaf's bonus
 token) the law is q: 0.
 
 As for chains (``sampler.divergence_meter``), a row's sum is an unbiased estimate of the
@@ -23,12 +26,14 @@ from __future__ import annotations
 
 import torch
 
-from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, conditional_law, end_probs
-from cactus_theory.sampler.divergences import kl_div
-from cactus_theory.sampler.rules.general import back
-from cactus_theory.sampler.tree_rows import node_rows, sibling_accepts
+from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, end_probs
+from cactus_theory.sampler.tree_rows import (
+    conditional_divergence,
+    final_residual,
+    node_rows,
+    sibling_accepts,
+)
 from cactus_theory.sampler.tree_structure import TreeStructure
-from cactus_theory.sampler.tree_verify import TreeWalk
 
 Tensor = torch.Tensor
 
@@ -46,46 +51,10 @@ def node_divergence(
 ) -> tuple[Tensor, Tensor]:
     """(KL(e ‖ q) [R], TV(e, q) [R]) of the conditional law of nodes with deterministic
     children, float64 (on rows packed to their support when the rule allows it:
-    ``sampler.tree_rows``; the divergences are sums over the support)."""
+    ``sampler.tree_rows``; the divergences are sums over the support). The walk computes
+    the same for the nodes it visits (``verify_tree(measure=True)``)."""
     rows = node_rows(rule, target_rows, None, children, DETERMINISTIC)
-    law = back(conditional_law(rule, *rows.arguments(rule)), rows.target, torch.float64)
-    kl = kl_div(law, rows.target).sum(dim=-1)
-    tv = 0.5 * (law - rows.target).abs().sum(dim=-1)
-    return kl, tv
-
-
-def tree_divergence(
-    rule: TreeRule,
-    target_probs: Tensor,  # [A, N+1, V]
-    tokens: Tensor,  # [A, N+1]
-    structure: TreeStructure,
-    scheme: str,
-    walked: TreeWalk,
-) -> tuple[Tensor, Tensor]:
-    """(KL [A, D], TV [A, D]) float64 of the token emitted at each depth of each row's walk
-    (0 at a leaf and past the path's end). ValueError for sampled children of a rule that
-    is not lossless (module docstring)."""
-    batch, levels = walked.outcomes.shape
-    kl = torch.zeros(batch, levels, dtype=torch.float64, device=target_probs.device)
-    tv = torch.zeros_like(kl)
-    if scheme != DETERMINISTIC:
-        if not metered_exactly(rule, scheme):
-            raise ValueError(
-                f"divergence: the exact law of {rule.label} with {scheme} children is an "
-                "expectation over the drafted tuples; the meter does not compute it"
-            )
-        return kl, tv  # lossless: every law is q
-    rows_all = torch.arange(batch, device=target_probs.device)
-    for depth in range(levels):
-        width = walked.num_children[:, depth]  # [A]
-        for size in torch.unique(width[width > 0]).tolist():
-            rows = rows_all[width == size]  # [R]
-            node = walked.path[rows, depth]  # [R]
-            kids = structure.children[rows, node, :size]  # [R, K]
-            drafted = tokens[rows].gather(1, kids)
-            target_rows = target_probs[rows, node].to(torch.float64)  # [R, V]
-            kl[rows, depth], tv[rows, depth] = node_divergence(rule, target_rows, drafted)
-    return kl, tv
+    return conditional_divergence(rows, sibling_accepts(rule, rows), final_residual(rule, rows))
 
 
 def accepted_moments(

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, proposals
+from cactus_theory.core.trees.base import DETERMINISTIC, TreeRule, end_probs, proposals
+from cactus_theory.sampler.divergences import kl_div
 from cactus_theory.sampler.emit import inverse_cdf
 from cactus_theory.sampler.rules.general import back, ids_for, rows_for
 
@@ -119,3 +120,18 @@ def draw(rows: NodeRows, law: Tensor, uniforms: Tensor) -> Tensor:
     """[R] tokens drawn by inverse CDF from ``law`` [R, W] (packed as ``rows``) with
     ``uniforms`` [R]."""
     return rows.tokens(inverse_cdf(law, uniforms))
+
+
+def conditional_divergence(
+    rows: NodeRows, accepts: Tensor, residual: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(KL(e ‖ q) [R], TV(e, q) [R]) of the conditional law e = Σ_i P_i e_{x_i} + Π_j (1 −
+    a_j) r of nodes with deterministic children (``core.trees.base.conditional_law``), from
+    the rule's acceptances [R, K] and residual [R, W] already computed for the walk."""
+    ends = end_probs(accepts)  # [R, K+1]
+    law = residual / residual.sum(dim=-1, keepdim=True).clamp(min=1e-300)  # [R, W]
+    law = law * ends[:, -1:]
+    law = law.scatter_add(1, rows.children, ends[:, :-1])  # + Σ_i P_i e_{x_i}
+    kl = kl_div(law, rows.target).sum(dim=-1)
+    tv = 0.5 * (law - rows.target).abs().sum(dim=-1)
+    return kl, tv

@@ -37,7 +37,13 @@ from cactus_theory.core.trees.base import DETERMINISTIC, SCHEMES, TreeRule, deci
 from cactus_theory.core.verify import PAD_ID
 from cactus_theory.sampler.checks import check_probs, probs_tensor, uniforms_for
 from cactus_theory.sampler.emit import inverse_cdf
-from cactus_theory.sampler.tree_rows import draw, final_residual, node_rows, sibling_accepts
+from cactus_theory.sampler.tree_rows import (
+    conditional_divergence,
+    draw,
+    final_residual,
+    node_rows,
+    sibling_accepts,
+)
 from cactus_theory.sampler.tree_structure import TreeStructure
 
 Tensor = torch.Tensor
@@ -55,6 +61,8 @@ class TreeWalk:
     the node there had no children.
     num_children [B, D]: the children of the node visited at depth d (0 where not reached
     or a leaf).
+    kl, tv [B, D] (with ``measure``): KL(e ‖ q) and TV(e, q) of the token emitted at each
+    depth (``sampler.tree_meter``: 0 at a leaf and past the path); None otherwise.
     """
 
     token_ids: Tensor
@@ -62,6 +70,8 @@ class TreeWalk:
     path: Tensor
     outcomes: Tensor
     num_children: Tensor
+    kl: Tensor | None = None
+    tv: Tensor | None = None
 
 
 def check_tree_inputs(
@@ -126,6 +136,7 @@ def verify_tree(
     generator: torch.Generator | None = None,
     uniforms: tuple[Tensor, Tensor] | None = None,
     check: bool = True,
+    measure: bool = False,
 ) -> TreeWalk:
     """Walk every row's tree (module docstring); returns a ``TreeWalk``.
 
@@ -141,6 +152,10 @@ def verify_tree(
     scheme : how the children were drafted (``core.trees.base.SCHEMES``).
     generator, uniforms : the randomness (module docstring).
     check : validate the probabilities and ids (shapes are always checked).
+    measure : also give the divergence meter's KL and TV of every emitted token
+        (``sampler.tree_meter``): from the acceptances and residuals the walk computes, at
+        no extra rule call for deterministic children; 0 for a rule that declares
+        ``lossless``; a ValueError naming ``divergence`` for sampled children of any other.
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: expected one of {', '.join(SCHEMES)}, got {scheme!r}")
@@ -150,6 +165,12 @@ def verify_tree(
         raise ValueError(f"scheme: {rule.label} is not defined for {scheme} children")
     if draft_probs is None and scheme != DETERMINISTIC:
         raise ValueError(f"draft_probs: sampled children ({scheme}) need the draft's laws")
+    lossless = bool(getattr(rule, "lossless", False))
+    if measure and scheme != DETERMINISTIC and not lossless:
+        raise ValueError(
+            f"divergence: the exact law of {rule.label} with {scheme} children is an "
+            "expectation over the drafted tuples; the meter does not compute it"
+        )
     structure = parents if isinstance(parents, TreeStructure) else TreeStructure.of(parents)
     check_tree_inputs(target_probs, draft_probs, tokens, structure)
     if check:
@@ -168,6 +189,9 @@ def verify_tree(
     outcomes = torch.full((batch, levels), -1, dtype=torch.int64, device=device)
     counts = torch.zeros(batch, levels, dtype=torch.int64, device=device)
     emitted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
+    kl = torch.zeros(batch, levels, dtype=torch.float64, device=device) if measure else None
+    tv = torch.zeros_like(kl) if measure else None
+    laws = measure and not lossless  # lossless: every emitted law is q
     node = torch.zeros(batch, dtype=torch.int64, device=device)  # [B] current node
     walking = torch.ones(batch, dtype=torch.bool, device=device)  # [B]
     accepted = torch.zeros(batch, dtype=torch.int64, device=device)  # [B]
@@ -189,13 +213,20 @@ def verify_tree(
             if draft_probs is not None and scheme != DETERMINISTIC:
                 draft_rows = draft_probs[rows, node[rows]]  # [R, V]
             group = node_rows(rule, target_probs[rows, node[rows]], draft_rows, drafted, scheme)
-            outcome = decide(sibling_accepts(rule, group), decide_u[rows, depth])  # [R]
+            accepts = sibling_accepts(rule, group)  # [R, K]
+            outcome = decide(accepts, decide_u[rows, depth])  # [R]
             outcomes[rows, depth] = outcome
             moved = outcome < size  # [R]
+            if laws:  # the meter: every visited node's conditional law (deterministic)
+                residual = final_residual(rule, group)  # [R, W]
+                kl[rows, depth], tv[rows, depth] = conditional_divergence(group, accepts, residual)
             if not bool(moved.all()):  # every child rejected: the residual
                 stopped = group.select(~moved)
-                residual = final_residual(rule, stopped)  # [S, W]
-                emitted[rows[~moved]] = draw(stopped, residual, sample_u[rows[~moved]])
+                if laws:
+                    residual_rows = residual[~moved]
+                else:
+                    residual_rows = final_residual(rule, stopped)  # [S, W]
+                emitted[rows[~moved]] = draw(stopped, residual_rows, sample_u[rows[~moved]])
                 walking[rows[~moved]] = False
             advanced = rows[moved]
             if advanced.numel():
@@ -206,4 +237,4 @@ def verify_tree(
     on_path = path[:, 1:] >= 0  # [B, D]
     token_ids[:, :levels] = torch.where(on_path, tokens.gather(1, path[:, 1:].clamp(min=0)), PAD_ID)
     token_ids.scatter_(1, accepted[:, None], emitted[:, None])
-    return TreeWalk(token_ids, accepted, path, outcomes, counts)
+    return TreeWalk(token_ids, accepted, path, outcomes, counts, kl, tv)
