@@ -125,12 +125,17 @@ def table_lines(table: dict) -> list[str]:
     return lines
 
 
+#: How a tree row's label marks sampled children.
+SCHEME_TAGS = {"with-replacement": " iid", "without-replacement": " wor", "hub": " hub"}
+
+
 def shape_label(row: dict) -> str:
     """The k column: k for a chain, the tree's label for a tree ("-" for the baseline)."""
     if row.get("tree"):
         from cactus_theory.decode.tree_shape import parse_tree
 
-        return parse_tree(row["tree"]).label
+        scheme = SCHEME_TAGS.get(row.get("children") or "deterministic", "")
+        return parse_tree(row["tree"]).label + scheme
     return str(row["k"]) if row["k"] else "-"
 
 
@@ -262,14 +267,15 @@ def choose_auto_trees(setup, settings) -> tuple[tuple[str, str, str], ...]:
     """Each ``auto`` tree chosen for each rule (``tree_args.choose_auto``, calibrated on the
     pair's own prompts): ((rule spec, tree spec, chosen spec), ...)."""
     from cactus_theory.decode.runs import RunSettings
-    from cactus_theory.real.decode_table import rule_of
+    from cactus_theory.real.decode_table import rule_of, split_tree
 
     run = RunSettings(sampling=settings.sampling)
     chosen = []
     for tree in settings.trees:
-        if tree.startswith("auto"):
+        shape, scheme = split_tree(tree, settings.children)
+        if shape.startswith("auto"):
             for spec in settings.rules:
                 print(f"tree {tree} for {spec}:")
-                used, _ = choose_auto(setup, run, rule_of(spec, tree), tree, settings.children)
-                chosen.append((spec, tree, used))
+                used, _ = choose_auto(setup, run, rule_of(spec, shape), shape, scheme)
+                chosen.append((spec, tree, used + ("@" + scheme if "@" in tree else "")))
     return tuple(chosen)

@@ -307,7 +307,7 @@ def choose_dtype(pair: Pair, device, args: argparse.Namespace):
     for tree in [trees] if isinstance(trees, str) else trees or []:
         from cactus_theory.decode.tree_shape import parse_tree
 
-        shape = parse_tree(tree)
+        shape = parse_tree(tree.partition("@")[0])  # bench decode: SPEC@SCHEME
         tokens.append(1 + (shape.auto if shape.auto is not None else shape.nodes))
     choice = measured_choice(pair.verifier, device, torch.get_num_threads(), max(tokens))
     print(choice.describe(), flush=True)

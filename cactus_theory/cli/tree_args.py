@@ -30,7 +30,12 @@ def add_tree_arguments(parser: argparse.ArgumentParser, several: bool = False) -
         help="draft a tree per step instead of a chain: widths per depth (4,2,1), "
         "dynamic:N (EAGLE-2 with N nodes; dynamic:N,depth=D,top=K), parents:P1,P2,... (a "
         "template) or auto[:N] (chosen from the pair's measured costs and acceptance)"
-        + ("; repeatable, each a row beside the chains of -k" if several else ""),
+        + (
+            "; repeatable, each a row beside the chains of -k; SPEC@SCHEME drafts that "
+            "tree's children by SCHEME (e.g. 3,2,1@without-replacement)"
+            if several
+            else ""
+        ),
     )
     parser.add_argument(
         "--children",

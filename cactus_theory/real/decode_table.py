@@ -92,7 +92,7 @@ class TableSettings:
     #: empty: ``batch_size`` alone.
     batch_sizes: tuple[int, ...] = ()
     #: Tree shapes (``decode.tree_shape``), each a row per rule beside the chains of ``ks``;
-    #: ``children``: how their children are drafted.
+    #: ``children``: how their children are drafted (``SPEC@SCHEME`` sets it for one tree).
     trees: tuple[str, ...] = ()
     children: str = "deterministic"
     #: ``auto`` trees as chosen per rule: ((rule spec, tree spec, chosen spec), ...).
@@ -108,7 +108,8 @@ class TableSettings:
         if (not self.ks and not self.trees) or any(k < 1 for k in self.ks):
             raise ValueError(f"k: every draft length must be >= 1, got {self.ks}")
         for tree in self.trees:
-            check_children(self.children, parse_tree(tree))
+            shape, scheme = split_tree(tree, self.children)
+            check_children(scheme, parse_tree(shape))
         if any(size < 1 for size in self.batch_sizes):
             raise ValueError(f"batch_sizes: every batch size must be >= 1, got {self.batch_sizes}")
         if len(set(self.batch_sizes)) != len(self.batch_sizes):
@@ -234,19 +235,23 @@ def run(
             path = None if folder is None else folder / f"row{index}-round{round_index}.json"
             loaded = _load(path)
             if loaded is None:
+                shape, scheme = (None, settings.children)
+                if tree is not None:
+                    shape, scheme = split_tree(tree, settings.children)
                 run_settings = RunSettings(
                     max_new_tokens=settings.max_new_tokens,
                     sampling=settings.sampling,
                     batch_size=size,
                     seed=settings.seed,
-                    tree=tree,
-                    children=settings.children,
+                    divergence=spec is None or meter_exact(rule_of(spec, shape), shape, scheme),
+                    tree=shape,
+                    children=scheme,
                 )
                 if not warmed:
                     first = (settings.ks or (1,))[0]
-                    warm_up(setup, run_settings, rule_of(settings.rules[0], tree), first)
+                    warm_up(setup, run_settings, rule_of(settings.rules[0], shape), first)
                     warmed = True
-                rule = None if spec is None else rule_of(spec, tree)
+                rule = None if spec is None else rule_of(spec, shape)
                 totals = run_prompts(
                     setup, run_settings, rule, k, baseline=spec is None, progress=progress
                 )
@@ -316,7 +321,8 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
             "rule": "autoregressive" if spec is None else spec,
             "label": "autoregressive" if spec is None else rule_of(spec, tree).label,
             "k": k or 0,
-            "tree": tree,
+            "tree": None if tree is None else split_tree(tree, settings.children)[0],
+            "children": None if tree is None else split_tree(tree, settings.children)[1],
             "batch_size": size,
             "acceptance_length": al,
             "tokens_per_call": first.tokens / max(first.verifier_calls, 1),
@@ -397,6 +403,24 @@ def _speedup(speeds: list[float], base_speeds: list[float], suffix: str, same: b
         f"speedup{suffix}_high": high,
         f"speedup{suffix}_coverage": coverage,
     }
+
+
+def meter_exact(rule, tree: str | None, scheme: str) -> bool:
+    """Whether the meter's KL is exact for a row (always for chains; for trees see
+    ``sampler.tree_meter``): a row where it is not has no KL (None, "-"), never a guess."""
+    if tree is None:
+        return True
+    from cactus_theory.core import trees
+    from cactus_theory.sampler.tree_meter import metered_exactly
+
+    return metered_exactly(rule if isinstance(rule, trees.TreeRule) else trees.lift(rule), scheme)
+
+
+def split_tree(tree: str, children: str) -> tuple[str, str]:
+    """(shape, scheme) of a table's tree ``SPEC`` or ``SPEC@SCHEME`` (``children`` when no
+    scheme is given)."""
+    shape, _, scheme = tree.partition("@")
+    return shape, scheme or children
 
 
 def rule_of(spec: str, tree: str | None):
