@@ -200,13 +200,13 @@ def keep_tail(model: CachedModel, index: Tensor, count: Tensor, tail: int) -> No
     used = torch.nonzero(valid.any(dim=0)).flatten()
     first = int(used[0]) if used.numel() else 0
     source, model.slot_mask = source[:, first:], valid[:, first:]
-    _gather_all(model, source)
+    model.gather_slots(source)
 
 
 def _gather_tail(model: CachedModel, start: int, index: Tensor) -> None:
     """Layer by layer, write tail slots ``start + index`` [B, L] into slots start..start+L."""
     width = index.shape[1]
-    for keys, values, layer in _layers(model):
+    for keys, values, layer in model.kv_layers():
         gather = (start + index)[:, None, :, None]  # [B, 1, L, 1]
         layer.keys[:, :, start : start + width] = keys.gather(
             2, gather.expand(-1, keys.shape[1], -1, keys.shape[3])
@@ -214,24 +214,3 @@ def _gather_tail(model: CachedModel, start: int, index: Tensor) -> None:
         layer.values[:, :, start : start + width] = values.gather(
             2, gather.expand(-1, values.shape[1], -1, values.shape[3])
         )
-
-
-def _gather_all(model: CachedModel, source: Tensor) -> None:
-    """Layer by layer, the cache becomes the slots ``source`` [B, W] of each row."""
-    for keys, values, layer in _layers(model):
-        gather = source[:, None, :, None]  # [B, 1, W, 1]
-        layer.keys = keys.gather(2, gather.expand(-1, keys.shape[1], -1, keys.shape[3]))
-        layer.values = values.gather(2, gather.expand(-1, values.shape[1], -1, values.shape[3]))
-
-
-def _layers(model: CachedModel):
-    """(keys [B, H, S, D], values, layer) of every cache layer (ValueError if not a
-    DynamicCache-style layer)."""
-    for layer in model.cache.layers:
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, Tensor) or keys.ndim != 4:
-            raise ValueError(
-                f"model: cache layer {type(layer).__name__} has no [B, H, S, D] keys; tree "
-                "decoding needs transformers' DynamicCache layers"
-            )
-        yield keys, values, layer

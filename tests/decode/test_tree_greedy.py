@@ -11,6 +11,7 @@ perturbed draft make rows accept different path lengths each step.
 import copy
 
 import pytest
+import test_decode_greedy as chain
 import torch
 import torch_tiny_models as tiny
 
@@ -31,23 +32,12 @@ SHAPES = [
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def verifier():
-    return tiny.llama(seed=0)
-
-
-@pytest.fixture(scope="module")
-def prompts():
-    return tiny.left_padded_prompts()
+verifier, prompts = chain.verifier, chain.prompts  # the chain greedy test's fixtures
 
 
 @pytest.fixture(scope="module")
 def expected(verifier, prompts):
-    ids, mask = prompts
-    return verifier.generate(
-        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=MAX_NEW,
-        pad_token_id=0,
-    ).cpu()  # fmt: skip
+    return chain.reference(verifier, prompts, max_new=MAX_NEW)
 
 
 def tree_decode(verifier, draft, prompts, tree, rule="walk", eos=None, max_new=MAX_NEW):
@@ -69,9 +59,16 @@ def test_standalone_draft_trees_equal_generate(verifier, prompts, expected, tree
     assert result.tree_outcomes.shape[:2] == steps.shape
 
 
-@pytest.mark.parametrize("tree", ["4,2,1", "dynamic:8,depth=3,top=3"])
-@pytest.mark.parametrize("rule", ["sps", "cactus:delta=1.0", "lift:frontier:delta=0.5", "tas"])
-def test_greedy_consistent_chain_rules_lifted(verifier, prompts, expected, tree, rule):
+@pytest.mark.parametrize(
+    ("rule", "tree"),
+    [
+        ("sps", "dynamic:8,depth=3,top=3"),
+        ("cactus:delta=1.0", "4,2,1"),
+        ("lift:frontier:delta=0.5", "dynamic:8,depth=3,top=3"),
+        ("tas", "4,2,1"),
+    ],
+)
+def test_greedy_consistent_chain_rules_lifted(verifier, prompts, expected, rule, tree):
     result = tree_decode(verifier, tiny.perturbed(verifier), prompts, tree, rule)
     assert torch.equal(result.sequences, expected)
 
@@ -101,11 +98,7 @@ def test_feature_draft_trees_equal_generate(verifier, prompts, expected, tree):
 def test_rows_stop_at_their_first_eos(verifier, prompts, expected):
     ids, _ = prompts
     eos = int(expected[2, ids.shape[1] + 3])  # the fourth token of row 2
-    ids, mask = prompts
-    reference = verifier.generate(
-        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=MAX_NEW,
-        eos_token_id=eos, pad_token_id=0,
-    ).cpu()  # fmt: skip
+    reference = chain.reference(verifier, prompts, eos=eos, max_new=MAX_NEW)
     result = tree_decode(verifier, tiny.perturbed(verifier), prompts, "3,2", eos=eos)
     assert torch.equal(result.sequences, reference)
     first = expected[2, ids.shape[1] :].tolist().index(eos)  # row 2 stops at its first EOS

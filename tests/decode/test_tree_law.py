@@ -15,55 +15,19 @@ fixed seeds (the same setting as ``test_decode_sampling``):
 
 import numpy as np
 import pytest
+import test_decode_sampling as chain
 import torch
 import torch_tiny_models as tiny
-from scipy import stats
 
 from cactus_theory import decode, divergences, trees
-from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.core.trees.base import conditional_law
-from cactus_theory.sampler.processors import process_logits
 
-ALPHA = 1e-3
-VOCAB = 8
-ROWS = 6000
-SETTINGS = SamplingSettings(temperature=1.0, top_k=6, top_p=0.97)
-PROMPT = [5, 1, 6, 2]
+ALPHA, VOCAB, ROWS = chain.ALPHA, chain.VOCAB, chain.ROWS  # the chain law test's setting
+SETTINGS, PROMPT = chain.SETTINGS, chain.PROMPT
+pair, processed, p_value = chain.pair, chain.processed, chain.p_value  # its pair and helpers
+joint = chain.exact_joint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def pair():
-    verifier = tiny.llama(seed=10, vocab=VOCAB, hidden=16, init=0.3)
-    draft = tiny.llama(seed=11, vocab=VOCAB, hidden=16, layers=1, init=0.3)
-    return verifier, draft
-
-
-def processed(model, tokens):
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([tokens], device=tiny.DEVICE)).logits[0, -1]
-    return process_logits(logits, SETTINGS).cpu().numpy()
-
-
-def joint(first_law, model):
-    table = np.zeros((VOCAB, VOCAB))
-    for token in np.flatnonzero(first_law > 0):
-        table[token] = first_law[token] * processed(model, PROMPT + [int(token)])
-    return table.reshape(-1)
-
-
-def p_value(cells, probabilities):
-    counts = np.bincount(cells, minlength=probabilities.size).astype(float)
-    if np.any(counts[probabilities == 0] > 0):
-        return 0.0
-    expected = probabilities * len(cells)
-    big = expected >= 5
-    observed = np.append(counts[big], counts[~big].sum())
-    wanted = np.append(expected[big], expected[~big].sum())
-    keep = wanted > 0
-    scaled = wanted[keep] * observed.sum() / wanted[keep].sum()
-    return stats.chisquare(observed[keep], scaled).pvalue
 
 
 def run(pair, rule, tree, children, new_tokens, seed):
