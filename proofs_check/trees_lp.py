@@ -21,12 +21,25 @@ import numpy as np
 
 from cactus_theory.core import divergences
 from cactus_theory.core.trees import Node, tuple_law
-from proofs_check.formulations import CONIC_OPTIONS, LP_SOLVER, SolverError, _cp, _solve
+from proofs_check.formulations import CONIC_OPTIONS, SolverError, _cp, _solve
 
 Array = np.ndarray
 
 #: The LP's largest instances (tuples are enumerated).
 MAX_VOCAB, MAX_WIDTH = 8, 4
+#: HiGHS (through scipy) at feasibility tolerances of 1e-10: at its default 1e-7 a node with
+#: masses near 1e-8 reads α* = 1 where it is 1 − 4e-8.
+TIGHT_LP = (
+    "SCIPY",
+    {
+        "scipy_options": {
+            "method": "highs",
+            "presolve": False,
+            "primal_feasibility_tolerance": 1e-10,
+            "dual_feasibility_tolerance": 1e-10,
+        }
+    },
+)
 
 
 def _coupling(node: Node):
@@ -57,7 +70,7 @@ def optimal_acceptance_lp(node: Node) -> float:
     cp = _cp()
     accepted, emitted, constraints, acceptance = _coupling(node)
     problem = cp.Problem(cp.Maximize(acceptance), [*constraints, emitted == node.target])
-    solver, options = LP_SOLVER
+    solver, options = TIGHT_LP
     return _solve(problem, accepted, solver, dict(options)).value
 
 
@@ -105,7 +118,7 @@ def _frontier(node: Node, delta: float, form: str) -> tuple[float, Array]:
         budget = [0.5 * cp.sum(cp.abs(emitted - target)) <= delta]
     if form != "tv" and not support.all():
         budget.append(emitted[np.flatnonzero(~support)] == 0)
-    solver, options = ("CLARABEL", dict(CONIC_OPTIONS)) if form != "tv" else LP_SOLVER
+    solver, options = ("CLARABEL", dict(CONIC_OPTIONS)) if form != "tv" else TIGHT_LP
     problem = cp.Problem(cp.Maximize(acceptance), [*constraints, *budget])
     solution = _solve(problem, accepted, solver, dict(options))
     if emitted.value is None:

@@ -96,9 +96,10 @@ GENERAL_CHUNK_ELEMENTS = 1 << 22
 
 def general_rule_law(rule: Rule, target_probs: Array, draft_probs: Array) -> Array:
     """out = p ⊙ a + Σ_n p_n (1 − a_n) r^n on rows [..., V], by batched enumeration of the
-    drafted tokens n that can be rejected (p_n (1 − a_n) > 0). Each r^n is normalised
-    (the sampler draws by inverse CDF scaled to the row total, so an unnormalised residual
-    emits the same law)."""
+    drafted tokens n that can be rejected (p_n (1 − a_n) > 0). What ``residuals_for``
+    returns is a law within 1e-9 (``rules.contract`` refuses anything else, naming the
+    rule); each r^n is then divided by its sum, which removes only that rounding (the
+    sampler draws by inverse CDF scaled to the row total: the same law)."""
     shape = target_probs.shape
     vocab = shape[-1]
     target = target_probs.reshape(-1, vocab)  # [R, V]

@@ -289,6 +289,11 @@ def test_a_rules_file_imports_a_module_beside_it(tmp_path, monkeypatch, clean_re
     monkeypatch.setattr(registry, "_LOADED", {})
     registry.refresh()
     assert "test-beside" in registry.REGISTRY and sys.path == before
+    # Without the recorded loads the engines' rules (chain and tree) were not registered
+    # again: restore the records and rediscover, so later tests see every rule.
+    monkeypatch.undo()
+    registry.refresh()
+    assert "sglang" in registry.REGISTRY and "test-beside" not in registry.REGISTRY
 
 
 def test_an_unknown_rule_suggests_names_and_how_to_add_ones_own():

@@ -185,6 +185,11 @@ def test_lower_precision_results_get_their_own_tolerance():
     assert abs(float(row.sum()) - 1) > 1e-9
     assert contract.law_tolerance(row.dtype) == pytest.approx(np.finfo(np.float32).eps ** 0.5)
     contract.check_laws(rules.make("sps"), "target_law", row)
+    torch = pytest.importorskip("torch")
+    tensor = torch.as_tensor(row)
+    contract.check_laws(rules.make("sps"), "target_law", tensor)  # torch's float32 too
+    with pytest.raises(ValueError, match="sums to 0.5"):
+        contract.check_laws(rules.make("sps"), "target_law", tensor / 2)
 
 
 def test_built_in_rules_pass_on_large_rows():

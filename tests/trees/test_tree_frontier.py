@@ -112,3 +112,37 @@ def test_bad_arguments_are_named():
         trees.frontier_acceptance(node, delta=-1.0)
     with pytest.raises(ValueError, match="^divergence: expected one of"):
         trees.frontier_acceptance(node, delta=0.1, divergence="js")
+
+
+def test_children_whose_masses_sum_above_one_by_rounding():
+    """q(S) computed as a sum can round to 1 + 2e-16 (found by the full claims run): the
+    tilt and the frontier treat it as 1."""
+    target = np.array(
+        [
+            0.0868571962684537,
+            0.09410960950489868,
+            0.38887885423359286,
+            0.36223846555667666,
+            0.06791587443637817,
+        ]
+    )
+    node = trees.Node(target=target, draft=target, children=[4, 3, 2, 1, 0])
+    assert target[[4, 3, 2, 1, 0]].sum() > 1.0
+    for spec in (
+        "cactus-tree:delta=0.5",
+        "cactus-tree:delta=0.5,exact=false",
+        "cactus-rrs:delta=1",
+    ):
+        assert trees.node_acceptance(spec, node) == pytest.approx(1.0, abs=1e-15)
+    assert trees.frontier_acceptance(node, delta=0.3) == 1.0
+
+
+def test_the_coupling_lp_is_exact_on_near_one_hot_rows():
+    """At HiGHS's default tolerance (1e-7) this node read α* = 1 (found by the full run)."""
+    node = trees.Node(
+        target=[4.120542742164502e-08, 0.9999999587945726],
+        draft=[0.9999471485852804, 5.285141471954276e-05],
+        children=[1],
+    )
+    exact = trees.optimal_acceptance(node, method="cut")
+    assert trees.optimal_acceptance(node, method="lp") == pytest.approx(exact, abs=1e-12)

@@ -12,7 +12,8 @@ method             must return (q = target, p = draft, n = drafted token)       
 =================  ===========================================================  ===========
 
 Every ``Rule`` subclass that defines one of these methods (built-in or a user's) has it
-wrapped at class creation (``install``, from ``Rule.__init_subclass__``), so every caller
+wrapped at class creation (``install``, from ``Rule.__init_subclass__``; the families'
+derived methods, correct by construction from the checked ones, are not), so every caller
 gets the check: the exact laws (``law.output_law``, ``acceptance``, ``emitted_divergence``,
 ``output_law_enumerated``, ...), the per-token API (``rule.accept_prob``,
 ``rule.residual``), the numpy verify step and the torch sampler's generic adapter. A value
@@ -50,18 +51,14 @@ ACCEPT_ATOL = 1e-9
 LAW_RTOL = 1e-9
 
 
-def law_tolerance(dtype: Any) -> float:
+def law_tolerance(dtype: Any, xp: Any = None) -> float:
     """The allowed |Σ − 1| (and negative entry) of a law in ``dtype``: ``LAW_RTOL`` for
-    float64 (and non-float dtypes), √ε for lower-precision floats."""
+    float64 (and non-float dtypes), √ε for lower-precision floats. ``xp``: the array
+    namespace the dtype belongs to (numpy when None; a torch dtype needs torch's)."""
     try:
-        eps = float(np.finfo(dtype).eps)
+        eps = float((xp or namespace(np.zeros(0))).finfo(dtype).eps)
     except (TypeError, ValueError):
-        try:  # a torch dtype
-            import torch
-
-            eps = float(torch.finfo(dtype).eps)
-        except (ImportError, TypeError):
-            return LAW_RTOL
+        return LAW_RTOL
     return max(LAW_RTOL, math.sqrt(eps)) if eps > np.finfo(np.float64).eps else LAW_RTOL
 
 
@@ -82,24 +79,17 @@ def _array(values: Any) -> Any:
     return np.asarray(values, dtype=np.float64)
 
 
-def _extremes(values: Any) -> tuple[float, float]:
-    xp = namespace(values)
-    if is_numpy(values):
-        return float(np.min(values)), float(np.max(values))
-    return float(xp.min(values)), float(xp.max(values))
-
-
 def check_acceptances(rule: Any, method: str, values: Any) -> Any:
     """``values`` (probabilities: a_n or γ_n) in [0, 1] within ``ACCEPT_ATOL``, returned
     clipped to [0, 1]; else ValueError naming ``rule`` and ``method``."""
     values = _array(values)
     if math.prod(values.shape) == 0:
         return values
-    low, high = _extremes(values)
+    xp = namespace(values)
+    low, high = float(xp.min(values)), float(xp.max(values))
     if low >= -ACCEPT_ATOL and high <= 1.0 + ACCEPT_ATOL:
         if low >= 0.0 and high <= 1.0:
             return values
-        xp = namespace(values)
         return xp.clip(values, 0.0, 1.0)
     if math.isnan(low) or math.isnan(high):
         found = "NaN"
@@ -118,12 +108,11 @@ def check_laws(rule: Any, method: str, values: Any) -> Any:
     if math.prod(values.shape) == 0:
         return values
     xp = namespace(values)
-    tolerance = law_tolerance(values.dtype)
+    tolerance = law_tolerance(values.dtype, xp)
     with np.errstate(invalid="ignore"):  # inf − inf: reported below as NaN or inf
         sums = xp.sum(values, axis=-1)
         off = xp.abs(sums - 1.0)
-    low = float(np.min(values)) if is_numpy(values) else float(xp.min(values))
-    worst = float(np.max(off)) if is_numpy(values) else float(xp.max(off))
+    low, worst = float(xp.min(values)), float(xp.max(off))
     if low >= -tolerance and worst <= tolerance:
         return values
     if not (math.isfinite(low) and math.isfinite(worst)):
@@ -131,13 +120,8 @@ def check_laws(rule: Any, method: str, values: Any) -> Any:
     elif low < -tolerance:
         found = f"a negative entry {low:.6g}"
     else:
-        flat = xp.reshape(sums, (-1,))
-        index = (
-            int(np.argmax(np.reshape(off, -1)))
-            if is_numpy(values)
-            else int(xp.argmax(xp.reshape(off, (-1,))))
-        )
-        found = f"a row that sums to {float(flat[index]):.12g}"
+        index = int(xp.argmax(xp.reshape(off, (-1,))))
+        found = f"a row that sums to {float(xp.reshape(sums, (-1,))[index]):.12g}"
     raise ValueError(
         f"rule {who(rule)}: {method} returned {found}; it must return a law (finite, "
         f">= 0, each row summing to 1 within {tolerance:g})"
@@ -156,9 +140,18 @@ CONTRACT: dict[str, Callable[[Any, str, Any], Any]] = {
 }
 
 
+#: The family classes' own methods derive from the ones a rule defines (a_n = min(1, h_n/p_n)
+#: from a checked h or γ, r = (h − p)_+ / Σ from a checked h, ...): correct by construction,
+#: so they run unwrapped and a value is checked once, where the rule produced it.
+DERIVED_IN = "cactus_theory.core.rules.base"
+
+
 def install(cls: type) -> None:
     """Wrap each ``CONTRACT`` method ``cls`` defines itself so that what it returns is
-    checked (abstract methods and methods already wrapped are left alone)."""
+    checked (abstract methods, methods already wrapped and the family classes' derived
+    methods are left alone)."""
+    if cls.__module__ == DERIVED_IN:
+        return
     for name, check in CONTRACT.items():
         method = cls.__dict__.get(name)
         if not callable(method) or getattr(method, "__isabstractmethod__", False):

@@ -143,7 +143,7 @@ def frontier_acceptance(node: Node, delta: float, divergence: str = "kl") -> flo
     if divergence not in DIVERGENCES:
         raise ValueError(f"divergence: expected one of {DIVERGENCES}, got {divergence!r}")
     if node.scheme == DETERMINISTIC:
-        mass = float(node.target[list(node.children)].sum())
+        mass = min(1.0, float(node.target[list(node.children)].sum()))  # rounding above 1
         if divergence == "tv":
             return min(1.0, mass + budget)
         return float(gamma.exact_raised_mass(np.asarray(mass), budget, "kl"))

@@ -75,6 +75,7 @@ class TorchGeneral(TorchRule):
     def residual(self, target_row, draft_row, draft_id, state):
         target, draft = rows_for(self.rule, target_row, draft_row)
         residual = self.rule.residuals_for(target, draft, ids_for(self.rule, draft_id))
+        # a law within 1e-9 (``rules.contract``); the clamp removes only rounding below 0
         return back(residual, target_row).expand_as(target_row).clamp(min=0.0)  # [c, V]
 
     def targets(self, target_probs, draft_probs, draft_ids):

@@ -56,9 +56,11 @@ def raised_set_mass(mass: Array, delta: float, exact: bool, divergence: str = "k
     divergence (numpy roots; a torch input is solved on the CPU and moved back) or the
     second-order closed form (KL only)."""
     xp = namespace(mass)
+    # A sum of masses can round a hair above 1 (or below 0 after a subtraction).
+    mass = xp.clip(mass, 0.0, 1.0)
     if not exact:
         return xp.minimum(xp.ones_like(mass), mass + xp.sqrt(2.0 * delta * mass * (1.0 - mass)))
-    values = np.clip(to_numpy(mass), 0.0, 1.0)
+    values = to_numpy(mass)
     raised = gamma.exact_raised_mass(values, delta, divergence)
     if is_numpy(mass):
         return raised
