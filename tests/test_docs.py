@@ -34,6 +34,7 @@ def test_block(page_name, index, pages, tmp_path_factory, monkeypatch):
         assert len(block.marker) > 1, f"{block.where}: a skip must say what the block needs"
         pytest.skip(f"{block.where}: {block.marker[1]}")
     if page_name not in pages:
+        registry.discover()  # the plug-ins first, so that closing the page keeps them
         folder = tmp_path_factory.mktemp(page_name.replace("/", "-"))
         pages[page_name] = Page(page_name, folder, {"__name__": "docs"}, 0, dict(registry.REGISTRY))
     page = pages[page_name]
