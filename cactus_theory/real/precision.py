@@ -14,8 +14,10 @@ float32's), so it is measured:
 3. the dtype with the smaller median time wins (float32 on a tie within 2%, since it is
    exact), and the choice with both medians is cached as JSON under
    ``cache_root()/dtype-choice/`` keyed by the verifier's identity (name, file sizes and
-   mtimes), the device, the thread count, ``verify_tokens``, the torch version and the
-   CPU, so it is measured once per (model, device, threads). A damaged cache file is
+   mtimes), the device, the thread count, ``verify_tokens``, the torch version, the CPU
+   and the instruction set in use (``isa_in_use``: ``ATEN_CPU_CAPABILITY=avx2
+   ONEDNN_MAX_CPU_ISA=AVX2`` emulates an AVX2-only machine, where bfloat16 is slow), so it
+   is measured once per (model, device, threads, ISA). A damaged cache file is
    measured again, never a traceback.
 
 On CUDA nothing is measured: bfloat16 where ``torch.cuda.is_bf16_supported()``, float32
@@ -83,6 +85,18 @@ def model_identity(path_or_id: str) -> dict:
     }
 
 
+def isa_in_use() -> str:
+    """The instruction set torch's kernels and oneDNN run with here: ATen's CPU capability
+    (``ATEN_CPU_CAPABILITY`` can lower it, e.g. to emulate an AVX2-only machine) and
+    ``ONEDNN_MAX_CPU_ISA``; part of the cache key, since it decides the dtype."""
+    import os
+
+    import torch
+
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
+    return f"{capability}/{os.environ.get('ONEDNN_MAX_CPU_ISA', '')}"
+
+
 def cache_path(
     verifier: str, device: str, threads: int, verify_tokens: int, cache_dir: Path | None = None
 ) -> Path:
@@ -97,6 +111,7 @@ def cache_path(
         torch.__version__,
         platform.machine(),
         platform.processor(),
+        isa_in_use(),
     )
     root = provenance.cache_root() if cache_dir is None else Path(cache_dir)
     return root / "dtype-choice" / f"{key}.json"
