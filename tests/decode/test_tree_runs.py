@@ -23,10 +23,11 @@ def pair():
 
 def sampled(pair, ids, mask, seed=None, generator=None, **extra):
     verifier, draft = pair
-    settings = dict(rule="lift:cactus:delta=0.5", tree="3,2", max_new_tokens=12) | extra
+    settings = dict(rule="lift:cactus:delta=0.5", tree="3,2", max_new_tokens=12, eos_token_id=[])
     return decode.speculative_generate(
-        verifier, draft, ids, attention_mask=mask, eos_token_id=[],
-        generator=generator or torch.Generator().manual_seed(seed), **settings, **SAMPLING,
+        verifier, draft, ids, attention_mask=mask,
+        generator=generator or torch.Generator().manual_seed(seed), **(settings | extra),
+        **SAMPLING,
     )  # fmt: skip
 
 
@@ -152,3 +153,23 @@ def test_models_whose_masks_a_tree_would_break_are_refused():
     llama.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="uses 'flash_attention_2' attention"):
         decode.speculative_generate(llama, llama, ids, rule="walk", tree="2", max_new_tokens=4)
+
+
+def test_a_streamer_gets_every_column_as_generate_feeds_it(pair):
+    ids, mask = tiny.left_padded_prompts(batch=3, vocab=16, pads=(0, 2, 5))
+
+    class Recorder:
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, values):
+            self.puts.append(values.clone())
+
+        def end(self):
+            self.ended = True
+
+    streamer = Recorder()
+    result = sampled(pair, ids, mask, seed=2, streamer=streamer, eos_token_id=5)
+    assert torch.equal(streamer.puts[0], ids.cpu()) and streamer.ended
+    columns = torch.stack(streamer.puts[1:], dim=1)  # [B, T]
+    assert torch.equal(columns, result.sequences[:, ids.shape[1] :])
