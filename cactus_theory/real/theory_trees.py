@@ -69,7 +69,7 @@ def _tree_parts(rule_spec: str, tree: str):
 
 def whole_tree_moments(
     setup, contexts: list[list[int]], limits: list[int], rule_spec: str, tree: str,
-    sampling, batch_size: int = 8,
+    sampling, batch_size: int = 8, progress: bool = False,
 ) -> tuple[Array, Array]:  # fmt: skip
     """(E[L | c] [N], E[L² | c] [N]) of the tree ``tree`` walked with ``rule_spec`` at each
     context (token lists, the root its last token) cut at depth ``limits`` [N] (module
@@ -93,8 +93,11 @@ def whole_tree_moments(
         eos_token_id=[], meter=False,
     )  # fmt: skip
     kind = FeatureDraftCache if isinstance(setup.draft, FeatureDraft) else DraftCache
+    from tqdm.auto import tqdm
+
+    starts = range(0, len(contexts), batch_size)
     with torch.inference_mode():
-        for start in range(0, len(contexts), batch_size):
+        for start in tqdm(starts, desc=f"E[L] {rule.label} {tree}", disable=not progress):
             chunk = contexts[start : start + batch_size]
             width = max(len(tokens) for tokens in chunk)
             ids = torch.zeros(len(chunk), width, dtype=torch.int64)
@@ -149,7 +152,9 @@ def _key(setup, settings: TheorySettings, rule_spec: str, tree: str, what: str) 
     )  # fmt: skip
 
 
-def tree_decode(setup, settings: TheorySettings, rule_spec: str, tree: str) -> dict:
+def tree_decode(
+    setup, settings: TheorySettings, rule_spec: str, tree: str, progress: bool = False
+) -> dict:
     """The prompts decoded with the tree (batch by batch, seeded as ``theory_decode``):
     accepted [steps, B] and node counts per batch, stacked, and the generated tokens."""
     from cactus_theory.decode import speculative_generate
@@ -157,7 +162,11 @@ def tree_decode(setup, settings: TheorySettings, rule_spec: str, tree: str) -> d
 
     prompts = setup.prompts[: settings.num_prompts]
     accepted, starts, generated, rows = [], [], [], []
-    for batch, first in enumerate(range(0, len(prompts), settings.batch_size)):
+    from tqdm.auto import tqdm
+
+    firsts = list(range(0, len(prompts), settings.batch_size))
+    for batch, first in enumerate(tqdm(firsts, desc=f"decode {rule_spec} tree {tree}",
+                                       disable=not progress)):  # fmt: skip
         chunk = prompts[first : first + settings.batch_size]
         ids, mask = encode(setup, chunk)
         result = speculative_generate(
@@ -186,8 +195,9 @@ def tree_decode(setup, settings: TheorySettings, rule_spec: str, tree: str) -> d
 
 
 def compare_tree(
-    setup, pool, settings: TheorySettings, rule_spec: str, tree: str, cache: Path | None
-) -> dict:
+    setup, pool, settings: TheorySettings, rule_spec: str, tree: str, cache: Path | None,
+    progress: bool = True,
+) -> dict:  # fmt: skip
     """One (rule, tree) row on ``pool`` (already restricted to the compared positions;
     module docstring)."""
     rule, shape = _tree_parts(rule_spec, tree)
@@ -204,7 +214,9 @@ def compare_tree(
         key = _key(setup, settings, rule_spec, tree, what)
         return None if folder is None else folder / f"{what}-{key}.npz"
 
-    decoded = _cached(place("decode"), lambda: tree_decode(setup, settings, rule_spec, tree))
+    decoded = _cached(
+        place("decode"), lambda: tree_decode(setup, settings, rule_spec, tree, progress)
+    )
     offsets = np.concatenate([[0], np.cumsum(decoded["lengths"])[:-1]])
     starts_contexts = [
         prompts[row] + decoded["tokens"][offsets[row] : offsets[row] + start].tolist()
@@ -225,8 +237,9 @@ def compare_tree(
     def moments(contexts, limits, what):
         def build():
             mean, square = whole_tree_moments(
-                setup, contexts, limits, rule_spec, tree, settings.sampling, settings.batch_size
-            )
+                setup, contexts, limits, rule_spec, tree, settings.sampling,
+                settings.batch_size, progress,
+            )  # fmt: skip
             return {"mean": mean, "square": square}
 
         return _cached(place(what), build)
@@ -281,6 +294,6 @@ def run_trees(setups: dict, settings: TheorySettings, rules, trees, cache, *, de
         chosen = restrict(pool, settings)
         for tree in trees:
             for rule in rules:
-                row = compare_tree(setup, chosen, settings, rule, tree, cache)
+                row = compare_tree(setup, chosen, settings, rule, tree, cache, progress)
                 rows.append({"dataset": name, **row})
     return rows
