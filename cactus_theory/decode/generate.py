@@ -16,6 +16,18 @@
     roll back both KV caches drop the rejected slots (``cache``; nothing is recomputed);
     retire    finished rows leave the batch.
 
+With ``tree=`` (``decode.tree_shape``) the step drafts a tree instead of a chain, and the
+tree loop (``_tree_loop``) reads as its own list, each step a function of ``tree_steps``:
+
+    draft tree    the draft expands a tree level by level (``tree_draft``);
+    verify tree   one verifier forward over [root, nodes 1..N] under a 4D tree mask
+                  (``tree_cache``): q at every node;
+    walk          ``sampler.verify_tree`` walks each row's tree from the root with the tree
+                  rule (a chain rule runs as its lift), measuring the emitted laws' KL;
+    commit        the accepted path and the emitted token, as for chains;
+    compact       both caches keep the root and the accepted path;
+    retire        finished rows leave the batch.
+
 Each step is a function of ``steps``, and the loop below reads as this list. The settings
 both generate functions share are one ``settings.GenerationSettings``; the result and the
 per-row record it is built from are in ``result``.
