@@ -212,8 +212,9 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         "cache": str(cache),
     }
     sampling = settings.sampling
+    chains = "" if args.no_chains else f"k={settings.k}, "
     print(
-        f"\nk={settings.k}, {settings.num_prompts} prompts x {settings.max_new_tokens} new "
+        f"\n{chains}{settings.num_prompts} prompts x {settings.max_new_tokens} new "
         f"tokens per dataset, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
         f"top-p={sampling.top_p:g}, {args.device} {args.dtype}, {torch.get_num_threads()} "
         f"threads, seed {settings.seed}"
@@ -230,16 +231,17 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             "(pool E[L] − meas. AL) / SE of the paired difference by prompt "
             "(cactus_theory.real.theory_trees)"
         )
-    print(
-        "pool α = the rule's exact acceptance over the pool's positions (the verifier's own "
-        "continuations); measured α₁ = accepted / drafted at draft position 1 over every "
-        "verify step; ± = standard error by prompt; z = (pool α − α₁) / SE of the paired "
-        "difference; α starts = exact acceptance at the decoder's own step starts (its "
-        "sequences teacher-forced), z = (α starts − α₁) / its martingale SE; α all = at every "
-        "decoded position; α sim. = pool α at step starts simulated on the pool's own "
-        "trajectories, z against α₁ as for pool α; pred. AL = Σ_j α^j (pool α, each step's "
-        "own k), meas. AL = accepted drafts per verify step (cactus_theory.real.theory)"
-    )
+    if result["rows"]:
+        print(
+            "pool α = the rule's exact acceptance over the pool's positions (the verifier's own "
+            "continuations); measured α₁ = accepted / drafted at draft position 1 over every "
+            "verify step; ± = standard error by prompt; z = (pool α − α₁) / SE of the paired "
+            "difference; α starts = exact acceptance at the decoder's own step starts (its "
+            "sequences teacher-forced), z = (α starts − α₁) / its martingale SE; α all = at every "
+            "decoded position; α sim. = pool α at step starts simulated on the pool's own "
+            "trajectories, z against α₁ as for pool α; pred. AL = Σ_j α^j (pool α, each step's "
+            "own k), meas. AL = accepted drafts per verify step (cactus_theory.real.theory)"
+        )
     if args.json:
         atomic_write_json(args.json, result, indent=2)
     return 0
