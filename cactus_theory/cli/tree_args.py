@@ -53,11 +53,14 @@ def is_tree_rule(spec: str | None) -> bool:
     return spec is not None and spec.partition(":")[0].strip() in trees.names()
 
 
-def calibration_inputs(setup, count: int = 2):
+def calibration_inputs(setup, count: int | None = None):
     """(input_ids [B, P], attention_mask [B, P], what they are) for ``--tree auto``: the
-    pair's own prompts, else the run's first ``count`` (module docstring)."""
+    first ``count`` (default ``tree_auto.CALIBRATION_ROWS``) of the pair's own prompts,
+    else of the run's (module docstring)."""
     from cactus_theory.decode.runs import encode_prompts, read_prompts
+    from cactus_theory.decode.tree_auto import CALIBRATION_ROWS
 
+    count = CALIBRATION_ROWS if count is None else count
     if setup.pair.prompts:
         prompts, source = read_prompts(setup.pair.prompts)[:count], "the pair's own prompts"
     else:
