@@ -255,7 +255,8 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             "tree rows: k = the tree (widths or n nodes, d depth); α = accepted / nodes "
             "reached with children (α1 at depth 0); c = per draft forward, v = per verify call "
             "of all the tree's nodes; pred. = (AL + 1)/(L c + v), L = draft forwards per step; "
-            "α by depth and rank in --json"
+            "sampler = the walk with the meter's laws (measured as it walks: meter 0); α by "
+            "depth and rank in --json"
         )
     if args.json:
         table = {**table, "dtype": args.dtype, "dtype_choice": args.dtype_choice}
