@@ -18,7 +18,10 @@
 #    sampler with SpS on cuda, every report in conform_gpu.json;
 # 3. cactus bench sampler --device cuda: the built-ins at B=64, k=10, V=151,936, then every
 #    rule (engines' and the docs' example on the generic adapter) at B=8, k=5, V=49,152;
-# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there);
+# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there),
+#    then the trees against the chain there (SpS and Cactus δ = 1 at k = 3 beside the static
+#    tree 4,2,1 and the EAGLE-2 tree dynamic:16, 6 interleaved rounds; on a GPU a tree's
+#    extra nodes are nearly free, so the tree's AL should buy its speed);
 # 5. the real pool on CUDA against the CPU (scripts/gpu_pool_check.py): the CPU's sampled
 #    contexts teacher-forced on CUDA give the same (q, p) rows within 1e-4, and a pool built
 #    wholly on CUDA, its positions/s; then `cactus tradeoff --device cuda` on the stdlib pair;
@@ -32,10 +35,10 @@
 # configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
 # minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
 # OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 140 s,
-# rule kit 90 s, conformance 120 s, sampler 60 + 50 s, pair 100 s, decode 100 s, pool
-# 60 + 60 s, SGLang tree parity 60 s (worst case 840 s; a call may run 600 s, so give it
-# timeout_s 600 and expect the last stages cut when the pair has to be trained or every
-# GPU engine is installed).
+# rule kit 90 s, conformance 120 s, sampler 60 + 50 s, pair 100 s, decode 100 s, tree
+# decode 80 s, pool 60 + 60 s, SGLang tree parity 60 s (worst case 920 s; a call may run
+# 600 s, so give it timeout_s 600 and expect the last stages cut when the pair has to be
+# trained or every GPU engine is installed).
 # Exit status 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -129,6 +132,12 @@ stamp "bench decode"
 timeout 100 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
   --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
 grep -v "it/s\]" "$out/bench_decode.log" | tail -16
+stamp "bench decode: trees against the chain"
+timeout 80 python -m cactus_theory.cli bench decode --device cuda --repeats 6 "${pair_args[@]}" \
+  --num-prompts 4 --max-new-tokens 32 --rule sps --rule cactus:delta=1.0 -k 3 \
+  --tree 4,2,1 --tree dynamic:16 --json "$out/bench_decode_trees.json" \
+  > "$out/bench_decode_trees.log" 2>&1 || status=1
+grep -v "it/s\]" "$out/bench_decode_trees.log" | tail -10
 stamp "pool on CUDA against the CPU"
 timeout 60 python scripts/gpu_pool_check.py "$pair_dir" cuda 2>&1 | grep -v "Loading weights" \
   | tee "$out/pool_check.json" | tail -2

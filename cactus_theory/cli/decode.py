@@ -42,8 +42,15 @@ import dataclasses
 import sys
 from collections.abc import Callable
 
+from cactus_theory.cli.tree_args import (
+    add_tree_arguments,
+    choose_auto,
+    is_tree_rule,
+    tree_summary_lines,
+)
 from cactus_theory.core import rules
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.decode import tree_stats
 from cactus_theory.decode.runs import (
     Pair,
     RunSettings,
@@ -191,6 +198,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the generations")
     parser.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    add_tree_arguments(parser)
+
+
+def spec_of_any(rule) -> str:
+    """The spec of a chain rule or of a tree rule."""
+    from cactus_theory.core import trees
+
+    return rules.spec_of(rule) if isinstance(rule, rules.Rule) else trees.spec_of(rule)
 
 
 def rule_from_args(args: argparse.Namespace) -> rules.Rule:
@@ -200,6 +215,16 @@ def rule_from_args(args: argparse.Namespace) -> rules.Rule:
     from cactus_theory.decode import parse_rule
 
     spec = args.rule
+    if is_tree_rule(spec):  # a tree rule (walk, rrs, ...): only with --tree
+        from cactus_theory.core import trees
+
+        if not getattr(args, "tree", None):
+            raise ValueError(f"rule: {spec!r} is a tree rule; give --tree (e.g. --tree 4,2,1)")
+        extra = [f"{key}={getattr(args, key)}" for key in PARAMETER_FLAGS
+                 if getattr(args, key, None) is not None]  # fmt: skip
+        if extra:
+            spec += ("," if ":" in spec else ":") + ",".join(extra)
+        return trees.parse(spec)
     if spec is None:
         delta = DEFAULT_DELTA if args.delta is None else args.delta
         spec, args = f"{DEFAULT_RULE}:delta={delta}", argparse.Namespace(**vars(args))
@@ -282,14 +307,21 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
 
 def choose_dtype(pair: Pair, device, args: argparse.Namespace):
     """``--dtype auto``: the dtype measured fastest for a verify forward of k + 1 tokens
-    (the run's largest k) at batch 1 (``cactus_theory.real.precision``); prints the choice
-    and the two times."""
+    (the run's largest k, or a tree's nodes + 1) at batch 1 (``cactus_theory.real.precision``);
+    prints the choice and the two times."""
     import torch
 
     from cactus_theory.real.precision import choose_dtype as measured_choice
 
     ks = args.k if isinstance(args.k, list | tuple) else [args.k]
-    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), 1 + max(ks))
+    tokens = [1 + k for k in ks or [1]]
+    trees = getattr(args, "tree", None)
+    for tree in [trees] if isinstance(trees, str) else trees or []:
+        from cactus_theory.decode.tree_shape import parse_tree
+
+        shape = parse_tree(tree.partition("@")[0])  # bench decode: SPEC@SCHEME
+        tokens.append(1 + (shape.auto if shape.auto is not None else shape.nodes))
+    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), max(tokens))
     print(choice.describe(), flush=True)
     return choice
 
@@ -345,6 +377,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         seed=args.seed,
         divergence=not getattr(args, "no_divergence", False),
         max_kl=getattr(args, "max_kl", None),
+        tree=tree if isinstance(tree := getattr(args, "tree", None), str) else None,
+        children=getattr(args, "children", "deterministic"),
     )
 
 
@@ -421,6 +455,11 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
     k = validate.positive_int("k", args.k)
     if args.max_kl is not None and args.no_divergence:
         raise ValueError("max_kl: needs the divergence meter (drop --no-divergence)")
+    tree_choice = None
+    if args.tree:
+        from cactus_theory.decode.tree_shape import check_children, parse_tree
+
+        check_children(args.children, parse_tree(args.tree))
     first = first_decode(args)
     setup = setup_from_args(args, default_pair)
     if first:
@@ -430,6 +469,10 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             flush=True,
         )
     settings = run_settings(args)
+    if args.tree and args.tree.startswith("auto"):
+        chosen, tree_choice = choose_auto(setup, settings, rule, args.tree, args.children)
+        args.tree = chosen
+        settings = run_settings(args)
     warm_up(setup, settings, rule, k)
     ratios = []
     if args.no_baseline:
@@ -437,13 +480,15 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
     else:
         speculative, baseline, ratios = run_paired(setup, settings, rule, k)
     bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    longest = max([k if not args.tree else 0, *speculative.accepted])
     if not args.quiet:
         for index, (prompt, text) in enumerate(zip(setup.prompts, speculative.texts, strict=True)):
             print(f"--- prompt {index + 1} ---\n{prompt}\n{bold}{text}{plain}")
     settings = f"T={args.temperature:g}, top-k={args.top_k or 'off'}, top-p={args.top_p:g}"
     cap = "" if args.max_kl is None else f", max KL {args.max_kl:g} nats/sequence"
+    shape = f"tree {args.tree} ({args.children} children)" if args.tree else f"k={k}"
     print(
-        f"\nrule {rule.label}, k={k}{cap}, {settings}; {len(setup.prompts)} prompts x "
+        f"\nrule {rule.label}, {shape}{cap}, {settings}; {len(setup.prompts)} prompts x "
         f"{args.max_new_tokens} new tokens, batch {args.batch_size}, {args.device} {args.dtype}"
         f"{', chat template' if setup.chat else ''}"
     )
@@ -455,8 +500,11 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         f"{meter_text(speculative)}, verifier NLL {speculative.nll:.3f} nats/token"
     )
     summary = {
-        "rule": rules.spec_of(rule),
-        "k": k,
+        "rule": spec_of_any(rule),
+        "k": None if args.tree else k,
+        "tree": args.tree,
+        "children": args.children if args.tree else None,
+        "tree_choice": tree_choice,
         "max_kl": args.max_kl,
         "prompts": len(setup.prompts),
         "max_new_tokens": args.max_new_tokens,
@@ -475,7 +523,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "kl_per_sequence": speculative.kl_per_sequence,
             "tv_per_token": speculative.tv_per_token,
             "sequence_kl": speculative.sequence_kl,
-            "accepted_histogram": [speculative.accepted.count(v) for v in range(k + 1)],
+            "accepted_histogram": [speculative.accepted.count(v) for v in range(longest + 1)],
             "steps": speculative.steps,
             "reached_by_position": speculative.reached_by_position,
             "alpha_by_position": [  # None where no step reached the position
@@ -492,14 +540,19 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         )
         interval = speedup_interval(ratios)
         print(f"speed-up:    {speedup_line(speedup, interval, len(ratios), args.batch_size)}")
-        costs = step_costs(
-            speculative.timing,
-            speculative.drafted,
-            k,
-            speculative.acceptance_length,
-            step_seconds(baseline.timing),
-        )
-        print("\n".join(why_lines(speedup, costs, speculative, k)))
+        if args.tree:
+            step = step_seconds(baseline.timing)
+            print("\n".join(tree_summary_lines(speculative, step, args.tree)))
+            costs = tree_stats.tree_costs(speculative.timing, speculative.acceptance_length, step)
+        else:
+            costs = step_costs(
+                speculative.timing,
+                speculative.drafted,
+                k,
+                speculative.acceptance_length,
+                step_seconds(baseline.timing),
+            )
+            print("\n".join(why_lines(speedup, costs, speculative, k)))
         summary["baseline"] = {
             "tokens_per_second": baseline.tokens_per_second,
             "tokens": baseline.tokens,
@@ -510,14 +563,19 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         summary["speedup_by_batch"] = ratios
         if interval is not None:
             summary["speedup_median"], summary["speedup_low"], summary["speedup_high"] = interval
-        summary["costs"] = {
+        summary["costs"] = costs if args.tree else {
             "draft_cost": costs.draft_cost,
             "verify_cost": costs.verify_cost,
             "other_cost": costs.other_cost,
             "predicted_speedup": costs.predicted_speedup,
-        }
+        }  # fmt: skip
+    elif args.tree:
+        print("\n".join(tree_summary_lines(speculative, None, args.tree)))
+    if args.tree:
+        summary["speculative"]["tree_ended_by_depth_rank"] = speculative.tree_ended
+        summary["speculative"]["tree_reached_by_depth_rank"] = speculative.tree_reached
     print("accepted drafts per verify step:")
-    print("\n".join(histogram_lines(speculative.accepted, k)))
+    print("\n".join(histogram_lines(speculative.accepted, longest)))
     if args.json:
         atomic_write_json(args.json, summary, indent=2)
     return 0

@@ -185,6 +185,8 @@ class RunSettings:
     seed: int = 0
     divergence: bool = True
     max_kl: float | None = None
+    tree: str | None = None  # a tree shape (``decode.tree_shape``) instead of a chain
+    children: str = "deterministic"  # how a tree's children are drafted
 
 
 @dataclass
@@ -204,6 +206,9 @@ class Totals:
     drafted: int = 0  # draft tokens sampled (per step: the batch's most drafts K)
     reached_by_position: list[int] = field(default_factory=list)  # n_j, j = 1..k
     accepted_by_position: list[int] = field(default_factory=list)  # steps that accepted draft j
+    tree_ended: list[list[int]] = field(default_factory=list)  # [D][R] walks ended at rank r
+    tree_reached: list[list[int]] = field(default_factory=list)  # [D][R] nodes with > r children
+    nodes: int = 0  # tree nodes verified (a tree run), over every row's steps
 
     @property
     def steps(self) -> int:
@@ -284,11 +289,18 @@ class Totals:
         ]
         _add_elementwise(self.reached_by_position, reached)
         _add_elementwise(self.accepted_by_position, taken)
-        if result.draft_counts.numel():
+        if result.draft_counts.numel() and result.tree_outcomes is None:
             drafts = result.draft_counts.clamp(min=0)  # [steps, B]
             reached = torch.minimum(result.accepted_lengths + 1, drafts)
             self.scanned += int(reached[active].sum())
             self.drafted += int(drafts.amax(dim=1).sum())
+        if result.tree_outcomes is not None:
+            from cactus_theory.decode.tree_stats import add_counts
+
+            ended, reached_nodes = result.ends_by_rank
+            add_counts(self.tree_ended, ended)
+            add_counts(self.tree_reached, reached_nodes)
+            self.nodes += int(result.draft_counts[active].sum())
         if result.sequence_kl is not None:
             self.sequence_kl.extend(result.sequence_kl.tolist())
             self.sequence_tv.extend(result.sequence_tv.tolist())
@@ -361,7 +373,8 @@ def run_prompts(
 
     totals = Totals()
     generator = torch.Generator().manual_seed(run.seed)
-    label = "baseline" if baseline else f"{rule.label} k={k}"
+    shape = f"tree {run.tree}" if run.tree else f"k={k}"
+    label = "baseline" if baseline else f"{rule.label} {shape}"
     count = -(-len(setup.prompts) // run.batch_size)
     for _, input_ids, mask in tqdm(
         batches(setup, run.batch_size), total=count, desc=label, disable=not progress
@@ -420,6 +433,7 @@ def decode_batch(setup: Setup, run: RunSettings, rule, k, baseline: bool, genera
         attention_mask=mask,
         divergence=run.divergence and not baseline,
         max_kl=None if baseline else run.max_kl,
+        **({} if baseline or run.tree is None else {"tree": run.tree, "children": run.children}),
     )
 
 
@@ -428,7 +442,11 @@ def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
     from cactus_theory import decode
 
     _, input_ids, mask = next(batches(setup, min(run.batch_size, 2)))
-    for function in (decode.speculative_generate, decode.autoregressive_generate):
+    tree = {} if run.tree is None else {"tree": run.tree, "children": run.children}
+    for function, extra in (
+        (decode.speculative_generate, tree),
+        (decode.autoregressive_generate, {}),
+    ):
         function(
             setup.verifier,
             setup.draft,
@@ -440,4 +458,5 @@ def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
             top_k=run.sampling.top_k,
             top_p=run.sampling.top_p,
             attention_mask=mask,
+            **extra,
         )

@@ -139,6 +139,18 @@ def test_help_lists_the_flags(capsys):
         assert flag in text
 
 
+def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
+    module = raising_rule_module(tmp_path)
+    words = arguments(pair, tmp_path, "--no-costs", "--rules-module", module)
+    words += ["--rule", "test-half-written"]
+    try:
+        assert cli.main(words) == 1
+    finally:
+        rules.REGISTRY.pop("test-half-written", None)
+    assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")
+
+
 def test_tree_tradeoff_writes_exact_tree_rows_and_the_frontier(pair, tmp_path, capsys):
     """``--tree``: tree rules on the same pool, recomputed through the library."""
     words = arguments(pair, tmp_path, "--no-costs", "--k-max", "2")
@@ -173,18 +185,6 @@ def test_tree_tradeoff_writes_exact_tree_rows_and_the_frontier(pair, tmp_path, c
     assert (tmp_path / "out" / "tree-tradeoff.png").stat().st_size > 10_000
     assert cli.main([*words, "--tree", "2", "--children", "beam"]) == 2
     assert "children: expected some of" in capsys.readouterr().err
-
-
-def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
-    module = raising_rule_module(tmp_path)
-    words = arguments(pair, tmp_path, "--no-costs", "--rules-module", module)
-    words += ["--rule", "test-half-written"]
-    try:
-        assert cli.main(words) == 1
-    finally:
-        rules.REGISTRY.pop("test-half-written", None)
-    assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")
 
 
 def test_dtype_auto_measures_the_pools_and_the_decoders_dtype(pair, tmp_path, capsys, monkeypatch):
