@@ -50,6 +50,8 @@ class Results:
     main_source: str
     #: cactus_theory.real.real_model's tables (or why they are unavailable)
     real_model: dict | None = None
+    #: the conformance section's results (``conformance.json``), if it ran
+    conformance: dict | None = None
 
     @classmethod
     def load(cls, folder: Path, main_source: str = "text") -> Results:
@@ -76,6 +78,7 @@ class Results:
             calibration=document("calibration"),
             main_source=main_source,
             real_model=document("real_model"),
+            conformance=document("conformance"),
         )
 
     def sources(self) -> list[str]:

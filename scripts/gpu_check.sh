@@ -11,9 +11,17 @@
 # 2. the property-test kit's torch checks on CUDA (cactus check --rule --device cuda) for
 #    every registered rule and the docs' example rule: same tokens as numpy from the same
 #    uniforms, the torch law and the meter equal numpy's, the sampler's law by chi-square;
+# 2b. the conformance suite on CUDA (cactus conform, reduced draws: 200,000 per law case,
+#    each law test detecting a TV of about 0.008): FlashInfer's chain_speculative_sampling,
+#    SGLang's tree_speculative_sampling_target_only on a chain, vLLM's Triton
+#    rejection_sample (each where installed; --skip-missing lists the others) and our
+#    sampler with SpS on cuda, every report in conform_gpu.json;
 # 3. cactus bench sampler --device cuda: the built-ins at B=64, k=10, V=151,936, then every
 #    rule (engines' and the docs' example on the generic adapter) at B=8, k=5, V=49,152;
-# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there);
+# 4. cactus bench decode --device cuda on the stdlib pair (SmolLM2 cannot be fetched there),
+#    then the trees against the chain there (SpS and Cactus δ = 1 at k = 3 beside the static
+#    tree 4,2,1 and the EAGLE-2 tree dynamic:16, 6 interleaved rounds; on a GPU a tree's
+#    extra nodes are nearly free, so the tree's AL should buy its speed);
 # 5. the real pool on CUDA against the CPU (scripts/gpu_pool_check.py): the CPU's sampled
 #    contexts teacher-forced on CUDA give the same (q, p) rows within 1e-4, and a pool built
 #    wholly on CUDA, its positions/s; then `cactus tradeoff --device cuda` on the stdlib pair;
@@ -27,9 +35,10 @@
 # configurations is trained on the GPU first (`cactus train-pair --device cuda`, about a
 # minute; a different cache entry than the CPU pair). Outputs (logs and JSON) go to
 # OUT_DIR (default: $OUT if set, else ./gpu-check). Time limits per stage: tests 140 s,
-# rule kit 90 s, sampler 60 + 50 s, pair 100 s, decode 100 s, pool 60 + 60 s, SGLang tree
-# parity 60 s (worst case 720 s; a call may run 600 s, so give it timeout_s 600 and expect
-# the last stages cut only when the pair has to be trained).
+# rule kit 90 s, conformance 120 s, sampler 60 + 50 s, pair 100 s, decode 100 s, tree
+# decode 80 s, pool 60 + 60 s, SGLang tree parity 60 s (worst case 920 s; a call may run
+# 600 s, so give it timeout_s 600 and expect the last stages cut when the pair has to be
+# trained or every GPU engine is installed).
 # Exit status 1 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +77,15 @@ timeout 90 python -m cactus_theory.cli check --device cuda --examples 25 \
   $(printf -- "--rule %s " "${kit_rules[@]}") > "$out/rule_kit.log" 2>&1
 [ "$?" -eq 0 ] || status=1
 grep -E "^check_rule|FAILED|failed" "$out/rule_kit.log"
+
+stamp "conformance on CUDA"
+timeout 120 python -m cactus_theory.cli conform flashinfer sglang vllm-triton cactus-torch \
+  --rule sps --device cuda --skip-missing --draws 200000 --rule-draws 20000 --examples 40 \
+  --jobs 1 --json "$out/conform_gpu.json" > "$out/conform_gpu.log" 2>&1
+conform_status=$?
+# Exit 1 is a finding in an engine (reported, not a failure of this script); 2 or a timeout is.
+[ "$conform_status" -le 1 ] || status=1
+grep -E "^\| |not run|^done" "$out/conform_gpu.log"
 
 stamp "bench sampler"
 timeout 60 python -m cactus_theory.cli bench sampler --device cuda --repeats 5 \
@@ -114,6 +132,12 @@ stamp "bench decode"
 timeout 100 python -m cactus_theory.cli bench decode --device cuda --repeats 2 "${pair_args[@]}" \
   --json "$out/bench_decode.json" > "$out/bench_decode.log" 2>&1 || status=1
 grep -v "it/s\]" "$out/bench_decode.log" | tail -16
+stamp "bench decode: trees against the chain"
+timeout 80 python -m cactus_theory.cli bench decode --device cuda --repeats 6 "${pair_args[@]}" \
+  --num-prompts 4 --max-new-tokens 32 --rule sps --rule cactus:delta=1.0 -k 3 \
+  --tree 4,2,1 --tree dynamic:16 --json "$out/bench_decode_trees.json" \
+  > "$out/bench_decode_trees.log" 2>&1 || status=1
+grep -v "it/s\]" "$out/bench_decode_trees.log" | tail -10
 stamp "pool on CUDA against the CPU"
 timeout 60 python scripts/gpu_pool_check.py "$pair_dir" cuda 2>&1 | grep -v "Loading weights" \
   | tee "$out/pool_check.json" | tail -2

@@ -19,6 +19,8 @@
 # module, the TP = 2 module and the multiprocess test start real servers and engines and
 # take most of it). The install on a fresh machine took 3 min 18 s (measured before the
 # server tests were added), so expect about 12 minutes for steps 2-3 on a fresh machine.
+# tests/vllm/test_vllm_conform.py (the conformance suite on vLLM's CPU sampler and the
+# plug-in) adds about 2 minutes (120 s measured on a shared 2-core machine).
 #
 # Environment: PYTHON (default python) creates the venv; CACTUS_VLLM_VENV moves it;
 # CACTUS_SKIP_VLLM=1 skips steps 2-3 (for a machine that cannot install vLLM) and

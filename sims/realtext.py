@@ -67,6 +67,15 @@ class TextModels:
         self.history_length = max(settings.verifier_order, settings.draft_order) - 1
         self._draft_table: rows.CompactRows | None = None
         self._tokenizer = None
+        # A row depends only on the last order − 1 tokens: each context is processed once.
+        self._verifier_memo = rows.RowMemo(
+            lambda last: rows.process(self.verifier.probs(last), settings.sampling),
+            self.vocab_size,
+        )
+        self._draft_memo = rows.RowMemo(
+            lambda last: rows.process(self.draft.probs(last), settings.sampling),
+            self.vocab_size,
+        )
 
     @classmethod
     def from_corpus(cls, settings: TextSettings | None = None) -> TextModels:
@@ -75,15 +84,14 @@ class TextModels:
 
     def verifier_rows(self, histories: Array) -> rows.CompactRows:
         """Processed verifier rows (the paper's q) for histories [R, history_length]."""
-        raw = self.verifier.probs(self._last(histories, self.settings.verifier_order))
-        return rows.process(raw, self.settings.sampling)
+        return self._verifier_memo(self._last(histories, self.settings.verifier_order))
 
     def draft_rows(self, histories: Array) -> rows.CompactRows:
         """Processed draft rows (the paper's p) for histories [R, history_length]."""
         last = self._last(histories, self.settings.draft_order)
         if self.settings.draft_order == 2 and self._truncated:
             return self._draft_lookup().take(last[:, 0])
-        return rows.process(self.draft.probs(last), self.settings.sampling)
+        return self._draft_memo(last)
 
     def verifier_token_probs(self, histories: Array, tokens: Array) -> Array:
         """[R]: the *raw* verifier probability (T = 1, untruncated) of each token."""

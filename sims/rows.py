@@ -146,3 +146,86 @@ def _scatter(union: Array, rows: CompactRows) -> Array:
     out = np.zeros(count * width)
     out[where] = rows.probs[real]
     return out.reshape(count, width)
+
+
+class RowMemo:
+    """Processed rows of an n-gram model, computed once per context.
+
+    An n-gram model's next-token row, and so its processed row, depends only on the last
+    order − 1 tokens of a history. Decoding many rules from the same prompts with common
+    random numbers (``sims.montecarlo``) asks for the same contexts again and again, so
+    ``rows(contexts)`` computes only the contexts it has not seen (``compute`` on them, one
+    call) and assembles the rest from its table. The result equals ``compute(contexts)``
+    exactly: the same values, ids ascending, the same width (the most positive entries of
+    any of these rows), padding with ``vocab_size``.
+
+    The table holds at most ``limit`` contexts; past it, new contexts are computed without
+    being kept.
+    """
+
+    def __init__(self, compute, vocab_size: int, limit: int = 200_000) -> None:
+        self.compute = compute
+        self.vocab_size = vocab_size
+        self.limit = limit
+        self.index: dict[int, int] = {}
+        self.ids = np.zeros((0, 1), dtype=np.int64)
+        self.probs = np.zeros((0, 1))
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, contexts: Array) -> CompactRows:
+        """Rows for ``contexts`` [R, m] (token ids < ``vocab_size``)."""
+        codes = np.zeros(contexts.shape[0], dtype=np.int64)
+        for column in range(contexts.shape[1]):
+            codes = codes * self.vocab_size + contexts[:, column].astype(np.int64)
+        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        slots = np.array([self.index.get(int(code), -1) for code in unique], dtype=np.int64)
+        missing = np.flatnonzero(slots < 0)
+        self.hits += unique.size - missing.size
+        self.misses += missing.size
+        if missing.size:
+            fresh = self.compute(contexts[first[missing]])
+            counts = (fresh.ids < self.vocab_size).sum(axis=1)
+            if len(self.index) + missing.size <= self.limit:
+                slots[missing] = self._store(unique[missing], fresh, counts)
+            else:  # the table is full: assemble these rows from the fresh batch directly
+                return self._assemble_with(slots, inverse, missing, fresh, counts)
+        width = max(1, int(self.counts[slots].max(initial=0)))
+        picked = slots[inverse]
+        return CompactRows(
+            self.ids[picked, :width].copy(), self.probs[picked, :width].copy(), self.vocab_size
+        )
+
+    def _store(self, codes: Array, fresh: CompactRows, counts: Array) -> Array:
+        width = max(self.ids.shape[1], fresh.width)
+        start = self.ids.shape[0]
+        self.ids = np.concatenate(
+            [_widen(self.ids, width, self.vocab_size), _widen(fresh.ids, width, self.vocab_size)]
+        )
+        self.probs = np.concatenate(
+            [_widen(self.probs, width, 0.0), _widen(fresh.probs, width, 0.0)]
+        )
+        self.counts = np.concatenate([self.counts, counts])
+        slots = np.arange(start, start + codes.size)
+        self.index.update(zip(codes.tolist(), slots.tolist(), strict=True))
+        return slots
+
+    def _assemble_with(self, slots, inverse, missing, fresh, counts) -> CompactRows:
+        known = slots >= 0
+        width = max(1, int(max(self.counts[slots[known]].max(initial=0), counts.max(initial=0))))
+        ids = np.full((slots.size, width), self.vocab_size, dtype=np.int64)
+        probs = np.zeros((slots.size, width))
+        ids[known] = _widen(self.ids[slots[known]], width, self.vocab_size)[:, :width]
+        probs[known] = _widen(self.probs[slots[known]], width, 0.0)[:, :width]
+        ids[missing] = _widen(fresh.ids, width, self.vocab_size)[:, :width]
+        probs[missing] = _widen(fresh.probs, width, 0.0)[:, :width]
+        return CompactRows(ids[inverse], probs[inverse], self.vocab_size)
+
+
+def _widen(array: Array, width: int, value) -> Array:
+    """``array`` [R, W] padded on the right with ``value`` to at least ``width`` columns."""
+    extra = width - array.shape[1]
+    if extra <= 0:
+        return array
+    return np.concatenate([array, np.full((array.shape[0], extra), value, array.dtype)], axis=1)

@@ -8,6 +8,8 @@ it runs. Every command and the module that holds it:
 - ``cactus check``: ``proofs_check.cli`` (an exact verdict for every claim);
 - ``cactus decode``: ``cactus_theory.cli.decode`` (speculative decoding with a rule);
 - ``cactus tradeoff``: ``cactus_theory.cli.tradeoff`` (the exact trade-off on a real pair);
+- ``cactus conform``: ``cactus_theory.cli.conform`` (engines' verify steps against the
+  exact law of the rule they claim: ``cactus_theory.testing.conformance``);
 - ``cactus serve``: ``cactus_theory.cli.serve`` (vLLM's OpenAI server with a rule);
 - ``cactus train-pair``: ``cactus_theory.real.train_pair`` (the small stdlib pair);
 - ``cactus train-draft``: ``cactus_theory.real.distill`` (the SmolLM2 feature draft);

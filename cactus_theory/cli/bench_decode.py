@@ -27,10 +27,12 @@ and 1, cactus-exact δ = 1, frontier δ = 1, at k = 3 and 5, 6 rounds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 from cactus_theory.cli.decode import add_model_arguments, run_settings, setup_from_args
+from cactus_theory.cli.tree_args import add_tree_arguments, choose_auto
 from cactus_theory.util.files import atomic_write_json, check_writable, check_writable_folder
 
 DEFAULT_PROMPTS = 24
@@ -49,9 +51,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-k",
         type=int,
-        nargs="+",
+        nargs="*",
         default=list(PAPER_KS),
-        help=f"draft lengths (default {' '.join(map(str, PAPER_KS))})",
+        help=f"draft lengths (default {' '.join(map(str, PAPER_KS))}; '-k' alone with "
+        "--tree: trees only)",
     )
     parser.add_argument(
         "--repeats",
@@ -69,6 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "baseline, interleaved; adds each row's speed-up over the first size's baseline, "
         "to see where plain batching overtakes speculation (replaces --batch-size)",
     )
+    add_tree_arguments(parser, several=True)
     parser.add_argument(
         "--cache", metavar="DIR", help="cache finished rows here, so a rerun resumes"
     )
@@ -81,7 +85,8 @@ def table_lines(table: dict) -> list[str]:
     column and the speed-up over the reference batch's baseline ("vs b1")."""
     batches = len(table["settings"]["batch_sizes"] or ()) > 1
     reference = table.get("reference_batch_size", 1)
-    header = f"{'rule':<24} {'k':>3} " + (f"{'batch':>5} " if batches else "")
+    width = max([3, *(len(shape_label(row)) for row in table["rows"])])
+    header = f"{'rule':<24} {'k':>{width}} " + (f"{'batch':>5} " if batches else "")
     header += (
         f"{'AL':>5} {'tok/call':>8} {'tokens/s':>9} {'speed-up':>8} {'interval':>12} "
         + (f"{f'vs b{reference}':>8} {'interval':>12} " if batches else "")
@@ -106,7 +111,7 @@ def table_lines(table: dict) -> list[str]:
                 ("meter_over_verify", 5, 1, "%"),
             )
         )
-        line = f"{row['label']:<24} {row['k']:>3} " + (
+        line = f"{row['label']:<24} {shape_label(row):>{width}} " + (
             f"{row['batch_size']:>5} " if batches else ""
         )
         line += (
@@ -118,6 +123,20 @@ def table_lines(table: dict) -> list[str]:
         line += f"{kl:>9} {row['verifier_nll']:>6.3f} {first_alpha:>5}" + extra.replace(" %", "%")
         lines.append(line)
     return lines
+
+
+#: How a tree row's label marks sampled children.
+SCHEME_TAGS = {"with-replacement": " iid", "without-replacement": " wor", "hub": " hub"}
+
+
+def shape_label(row: dict) -> str:
+    """The k column: k for a chain, the tree's label for a tree ("-" for the baseline)."""
+    if row.get("tree"):
+        from cactus_theory.decode.tree_shape import parse_tree
+
+        scheme = SCHEME_TAGS.get(row.get("children") or "deterministic", "")
+        return parse_tree(row["tree"]).label + scheme
+    return str(row["k"]) if row["k"] else "-"
 
 
 def speedup(row: dict, suffix: str = "") -> str:
@@ -165,9 +184,12 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
     if args.repeats < 1:
         raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
     decoding = run_settings(args)
+    trees = tuple(args.tree or ())
     settings = decode_table.TableSettings(
         rules=tuple(args.rule) if args.rule else decode_table.PAPER_RULES,
         ks=tuple(args.k),
+        trees=trees,
+        children=args.children,
         num_prompts=args.num_prompts or DEFAULT_PROMPTS,
         max_new_tokens=args.max_new_tokens,
         sampling=decoding.sampling,
@@ -177,6 +199,8 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         batch_sizes=tuple(args.batch_sizes or ()),
     )
     setup = setup_from_args(args, default_pair)
+    if any(tree.startswith("auto") for tree in trees):
+        settings = dataclasses.replace(settings, chosen=choose_auto_trees(setup, settings))
     table = decode_table.run(
         setup,
         settings,
@@ -226,7 +250,33 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
             "note: rounds decoded different tokens for " + ", ".join(differing) + " (statistics "
             "are from the first round; nondeterministic kernels?)"
         )
+    if trees:
+        print(
+            "tree rows: k = the tree (widths or n nodes, d depth); α = accepted / nodes "
+            "reached with children (α1 at depth 0); c = per draft forward, v = per verify call "
+            "of all the tree's nodes; pred. = (AL + 1)/(L c + v), L = draft forwards per step; "
+            "sampler = the walk with the meter's laws (measured as it walks: meter 0); α by "
+            "depth and rank in --json"
+        )
     if args.json:
         table = {**table, "dtype": args.dtype, "dtype_choice": args.dtype_choice}
         atomic_write_json(args.json, table, indent=2)
     return 0
+
+
+def choose_auto_trees(setup, settings) -> tuple[tuple[str, str, str], ...]:
+    """Each ``auto`` tree chosen for each rule (``tree_args.choose_auto``, calibrated on the
+    pair's own prompts): ((rule spec, tree spec, chosen spec), ...)."""
+    from cactus_theory.decode.runs import RunSettings
+    from cactus_theory.real.decode_table import rule_of, split_tree
+
+    run = RunSettings(sampling=settings.sampling)
+    chosen = []
+    for tree in settings.trees:
+        shape, scheme = split_tree(tree, settings.children)
+        if shape.startswith("auto"):
+            for spec in settings.rules:
+                print(f"tree {tree} for {spec}:")
+                used, _ = choose_auto(setup, run, rule_of(spec, shape), shape, scheme)
+                chosen.append((spec, tree, used + ("@" + scheme if "@" in tree else "")))
+    return tuple(chosen)

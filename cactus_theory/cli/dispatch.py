@@ -62,6 +62,10 @@ COMMANDS: dict[str, Command | Group] = {
         "cactus_theory.cli.tradeoff",
         "The exact acceptance-divergence trade-off of every rule on a real pair's contexts.",
     ),
+    "conform": Command(
+        "cactus_theory.cli.conform",
+        "Engines' verify steps against the exact law of the rule they claim (conformance).",
+    ),
     "serve": Command(
         "cactus_theory.cli.serve",
         "vLLM's OpenAI-compatible server with a rule as its accept step (vLLM's environment).",

@@ -44,7 +44,7 @@ from cactus_theory.cli.sampling_args import add_sampling_arguments, sampling_fro
 from cactus_theory.core.processors import SamplingSettings
 from cactus_theory.util.files import atomic_write_json, atomic_write_text, check_writable_folder
 
-DTYPES = ("bfloat16", "float32", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: The k whose predicted AL and speed-up the printed table shows.
 SHOWN_K = 3
 
@@ -97,7 +97,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
-        "--dtype", default="bfloat16", choices=DTYPES, help="model weights (default bfloat16)"
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="model weights; auto (the default): measured on this device, the fastest for "
+        "the pool's generation step and, for the costs, for the decoder's verify call "
+        "(cactus_theory.real.precision; float32 on CPUs without bfloat16 units)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
@@ -197,6 +202,27 @@ def _prompts(args: argparse.Namespace, pair) -> tuple[str, str]:
     return name, str(datasets.prompt_file(name))
 
 
+def _dtypes(args: argparse.Namespace, pair, device) -> dict[str, str]:
+    """{"pools": dtype, "decoder": dtype}: --dtype for both, or with auto each measured
+    (``precision.workload_dtypes``), the choices printed."""
+    if args.dtype != "auto":
+        return {"pools": args.dtype, "decoder": args.dtype}
+    import torch
+
+    from cactus_theory.real import precision
+
+    choices = precision.workload_dtypes(
+        pair.verifier,
+        device,
+        pool_batch_size=args.batch_size,
+        verify_tokens=args.k_max + 1,
+        threads=torch.get_num_threads(),
+    )
+    for role, choice in choices.items():
+        print(f"{role}: {choice.describe()}", flush=True)
+    return {role: choice.dtype for role, choice in choices.items()}
+
+
 def run(args: argparse.Namespace) -> int:
 
     from cactus_theory.cli.decode import device_from_args, set_threads
@@ -212,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.quiet else print
     pair = pairs.resolve(args.pair, args.verifier, args.draft, say)
     dataset, prompt_file = _prompts(args, pair)
+    dtypes = _dtypes(args, pair, device)
+    args.dtype = dtypes["pools"]
     setup = load_setup(pair, device, args.dtype, prompt_file, args.num_prompts, args.raw)
     print(f"verifier {pair.verifier}\ndraft    {pair.draft}\ndataset  {dataset}")
     settings = pools.PoolSettings(
@@ -232,8 +260,13 @@ def run(args: argparse.Namespace) -> int:
         return run_tree(args, pool, shape, specs, dataset, started)
     measured = None
     if not args.no_costs:
+        timed = setup
+        if dtypes["decoder"] != args.dtype:  # the costs in the dtype the decoder would choose
+            timed = load_setup(
+                pair, device, dtypes["decoder"], prompt_file, args.num_prompts, args.raw
+            )
         measured = costs.measure_costs(
-            setup, range(1, args.k_max + 1), sampling=sampling, progress=say
+            timed, range(1, args.k_max + 1), sampling=sampling, progress=say
         )
         print(
             f"costs: draft c = {measured.draft_cost:.3f}, verify v_k = "
@@ -259,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
             "sampling": sampling.label,
             "seed": args.seed,
             "dtype": args.dtype,
+            "costs_dtype": dtypes["decoder"],
             "device": str(device),
             "k_max": args.k_max,
         },

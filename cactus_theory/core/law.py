@@ -19,7 +19,10 @@ over any leading axes:
 
   and both hinge sums come from one merge-sort of (ρ, s) per row: O(V log V), not O(V²).
 - decision rules: out = p ⊙ accept + (Σ p ⊙ (1 − accept)) · recovery.
-- the general family (a_n and r^n any functions of (q, p, n)): the sum itself, batched:
+- the general family (a_n and r^n any functions of (q, p, n)): the rule's own closed form
+  when it defines one (``emitted_law(target_probs, draft_probs)``, e.g. SGLang's threshold
+  rule, O(V); ``cactus_theory.testing`` checks it against the enumerated sum), else the
+  sum itself, batched:
   out = p ⊙ a + Σ_{n: p_n (1 − a_n) > 0} p_n (1 − a_n) r^n, with the residuals of every
   drafted token that can be rejected computed in one call per chunk of rows
   (``general_rule_law``; O(V·m) per row for m such tokens, so O(V²) for a full-support
@@ -86,6 +89,9 @@ def output_law_rows(rule: Rule, target_probs: Array, draft_probs: Array) -> Arra
         return decision_rule_law(
             rule.accept_mask(target_probs), rule.recovery(target_probs), draft_probs
         )
+    closed = getattr(type(rule), "emitted_law", None)
+    if callable(closed):  # a general rule's own closed form (the kit holds it to the sum)
+        return np.asarray(rule.emitted_law(target_probs, draft_probs), dtype=np.float64)
     return general_rule_law(rule, target_probs, draft_probs)
 
 

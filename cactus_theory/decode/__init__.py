@@ -9,7 +9,12 @@
 - ``budget``: the per-sequence KL budget (``max_kl``; the divergence meter it reads is
   ``cactus_theory.sampler.divergence_meter``, shared with the vLLM plug-in);
 - ``checks``: the decoder's input checks; ``loading``: models from a folder, a .gguf file
-  or a hub id; ``feature_draft``: EAGLE-style drafts; ``runs``: pairs, prompts, totals.
+  or a hub id; ``feature_draft``: EAGLE-style drafts; ``runs``: pairs, prompts, totals;
+- trees (``speculative_generate(tree=...)``): ``tree_shape`` (the shapes), ``tree_draft``
+  (drafting level by level), ``tree_cache`` (4D tree masks, compaction, supported
+  models), ``tree_steps`` (the tree loop's steps), ``tree_rules`` (which tree rule walks),
+  ``tree_budget`` (``max_kl``), ``tree_stats`` (α by depth and rank, costs),
+  ``tree_auto`` (``tree="auto"``).
 """
 
 from cactus_theory.decode.checks import parse_rule

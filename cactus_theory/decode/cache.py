@@ -102,7 +102,11 @@ class CachedModel:
         width = int(length.max())
         source = end[:, None] - width + torch.arange(width, device=valid.device)  # [B, S']
         self.slot_mask = (source >= (end - length)[:, None]).to(torch.int64)  # [B, S']
-        source = source.clamp(min=0)
+        self.gather_slots(source.clamp(min=0))
+
+    def kv_layers(self):
+        """(keys [B, H, S, D], values, layer) of every cache layer; ValueError for a layer
+        that is not a DynamicCache-style one."""
         for layer in self.cache.layers:
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
             if not isinstance(keys, Tensor) or keys.ndim != 4:
@@ -110,9 +114,14 @@ class CachedModel:
                     f"model: cache layer {type(layer).__name__} has no [B, H, S, D] keys; "
                     "batched speculative decoding needs transformers' DynamicCache layers"
                 )
-            heads, head_dim = keys.shape[1], keys.shape[3]
-            gather = source[:, None, :, None].expand(-1, heads, -1, head_dim)  # [B, H, S', D]
-            layer.keys = keys.gather(2, gather)
+            yield keys, values, layer
+
+    def gather_slots(self, source: Tensor) -> None:
+        """Every layer's cache becomes the slots ``source`` [B, S'] of each row (one
+        gather per layer; the slot mask is the caller's)."""
+        for keys, values, layer in self.kv_layers():
+            gather = source[:, None, :, None]  # [B, 1, S', 1]
+            layer.keys = keys.gather(2, gather.expand(-1, keys.shape[1], -1, keys.shape[3]))
             layer.values = values.gather(2, gather.expand(-1, values.shape[1], -1, values.shape[3]))
 
     def select_rows(self, rows: Tensor) -> None:
@@ -263,8 +272,10 @@ class FeatureDraftCache(CachedModel):
         """Drop every drafting slot; the committed d_1 .. d_a and the emitted token become
         pending, with the verifier's features of the positions before them
         (``features`` [B, K+1, H] of the verify block [last, d_1 .. d_K])."""
-        if self.drafted:
-            self.keep(torch.zeros_like(draft_ids[:, : self.drafted], dtype=torch.bool))
+        if self.drafted:  # a chain's drafting slots, or a tree's (every level's frontier)
+            self.keep(
+                torch.zeros(len(accepted), self.drafted, dtype=torch.bool, device=accepted.device)
+            )
         self.drafted = 0
         width = int(accepted.max()) + 1  # m = the most committed tokens of a row
         offsets = torch.arange(width, device=accepted.device)[None, :]  # [1, m]

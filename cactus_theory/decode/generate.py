@@ -16,6 +16,18 @@
     roll back both KV caches drop the rejected slots (``cache``; nothing is recomputed);
     retire    finished rows leave the batch.
 
+With ``tree=`` (``decode.tree_shape``) the step drafts a tree instead of a chain, and the
+tree loop (``_tree_loop``) reads as its own list, each step a function of ``tree_steps``:
+
+    draft tree    the draft expands a tree level by level (``tree_draft``);
+    verify tree   one verifier forward over [root, nodes 1..N] under a 4D tree mask
+                  (``tree_cache``): q at every node;
+    walk          ``sampler.verify_tree`` walks each row's tree from the root with the tree
+                  rule (a chain rule runs as its lift), measuring the emitted laws' KL;
+    commit        the accepted path and the emitted token, as for chains;
+    compact       both caches keep the root and the accepted path;
+    retire        finished rows leave the batch.
+
 Each step is a function of ``steps``, and the loop below reads as this list. The settings
 both generate functions share are one ``settings.GenerationSettings``; the result and the
 per-row record it is built from are in ``result``.
@@ -61,7 +73,8 @@ import torch
 from cactus_theory import sampler
 from cactus_theory.core import validate
 from cactus_theory.core.rules.base import Rule
-from cactus_theory.decode import steps
+from cactus_theory.core.trees.base import DETERMINISTIC
+from cactus_theory.decode import steps, tree_steps
 from cactus_theory.decode.budget import KLBudget
 from cactus_theory.decode.cache import (
     CachedModel,
@@ -73,7 +86,14 @@ from cactus_theory.decode.checks import model_device, parse_rule
 from cactus_theory.decode.feature_draft import FeatureDraft
 from cactus_theory.decode.result import DecodeResult, Progress, StepLog, Stream
 from cactus_theory.decode.settings import GenerationSettings, Prepared, prepare
+from cactus_theory.decode.tree_auto import choose_tree
+from cactus_theory.decode.tree_budget import TreeBudget
+from cactus_theory.decode.tree_cache import check_tree_model
+from cactus_theory.decode.tree_rules import tree_rule
+from cactus_theory.decode.tree_shape import TreeShape, check_children, parse_tree
 from cactus_theory.sampler.processors import process_logits
+from cactus_theory.sampler.tree_meter import metered_exactly
+from cactus_theory.sampler.tree_structure import TreeStructure
 from cactus_theory.util.timing import Clock
 
 Tensor = torch.Tensor
@@ -110,8 +130,11 @@ def speculative_generate(
     max_kl: float | None = None,
     stopping=None,
     streamer=None,
+    tree: str | TreeShape | None = None,
+    children: str = DETERMINISTIC,
 ) -> DecodeResult:
-    """Generate up to ``max_new_tokens`` per row with ``rule``, at most k drafts per step.
+    """Generate up to ``max_new_tokens`` per row with ``rule``, at most k drafts per step,
+    or with ``tree`` a drafted tree per step.
 
     Parameters
     ----------
@@ -131,9 +154,24 @@ def speculative_generate(
         finishes the row (``settings`` docstring).
     streamer : an object with ``put`` and ``end`` (transformers' ``BaseStreamer``), fed as
         ``generate()`` feeds it (``result.Stream``).
+    tree : None (a chain of k drafts), or a tree shape: ``"4,2,1"`` (widths per depth),
+        ``"dynamic:16"`` (EAGLE-2, 16 nodes), ``"auto"`` (``decode.tree_shape``); ``k`` is
+        then not used. ``rule`` may be a tree rule, and a chain rule runs as its lift.
+    children : how a tree's children are drafted: ``"deterministic"`` (the draft's top-K),
+        ``"with-replacement"`` or ``"without-replacement"`` (sampled from p).
 
     Returns a ``DecodeResult``; see the module docstring for the method.
     """
+    shape = parse_tree(tree)
+    if shape is not None:
+        return _tree_run(
+            verifier, draft, input_ids, rule, shape, check_children(children, shape),
+            GenerationSettings(
+                max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id,
+                generator, stopping, streamer, meter=divergence,
+            ),
+            attention_mask, max_kl,
+        )  # fmt: skip
     rule = parse_rule(rule)
     k = validate.positive_int("k", k)
     if max_kl is not None and not divergence:
@@ -196,6 +234,82 @@ def _speculative_loop(
     stream.end(progress)
     timing = clock.finish(verifier_calls=log.verifier_calls, draft_calls=drafter.calls)
     return progress.result(prepared, *log.stacked(), timing)
+
+
+# --- tree decoding ----------------------------------------------------------------------------
+
+
+def _tree_run(verifier, draft, input_ids, rule, shape, scheme, settings, attention_mask, max_kl):
+    """Check and prepare a tree run, then loop (``speculative_generate`` with ``tree``)."""
+    rule = tree_rule(rule, scheme)
+    if max_kl is not None and not settings.meter:
+        raise ValueError("max_kl: needs the divergence meter (divergence=True)")
+    if settings.meter and not metered_exactly(rule, scheme):
+        raise ValueError(
+            f"divergence: the exact law of {rule.label} with {scheme} children is an "
+            "expectation over the drafted tuples (V^K of them), which the meter does not "
+            "compute; pass divergence=False, deterministic children or a lossless rule"
+        )
+    prepared = prepare(verifier, draft, input_ids, attention_mask, settings)
+    longest = int(prepared.mask.sum(dim=1).max()) + prepared.max_new_tokens
+    check_tree_model("verifier", verifier, longest)
+    check_tree_model("draft", draft, longest)
+    if shape.auto is not None:
+        shape = choose_tree(verifier, draft, prepared, rule, scheme, shape).shape
+    budget = None if max_kl is None else TreeBudget(rule, scheme, max_kl, prepared)
+    return _tree_loop(verifier, draft, prepared, rule, shape, scheme, budget)
+
+
+def _tree_loop(
+    verifier, draft, prepared: Prepared, rule, shape: TreeShape, scheme: str, budget
+) -> DecodeResult:
+    """The tree loop: draft tree, verify tree, walk, measure, commit, compact, retire."""
+    clock = device_clock(prepared.device)
+    progress = Progress.of(prepared)
+    stream = Stream(prepared.streamer, prepared)
+    log = StepLog(prepared.batch, shape.depth)
+    target = CachedModel(verifier, prepared.batch, prepared.device)
+    kind = FeatureDraftCache if isinstance(draft, FeatureDraft) else DraftCache
+    drafter = kind(draft, prepared.batch, prepared.device)
+    active = steps.start(prepared, target, drafter, clock)
+    streams = tree_steps.RowStreams(prepared.generator, prepared.batch, prepared.device)
+    plan = tree_steps.plan(shape)
+
+    while not all(progress.finished):
+        limits = tree_steps.depth_limits(progress, active, shape.depth)  # [A] k_b
+        with clock("draft"):  # tokens, parents [A, N+1]
+            tree = tree_steps.draft(drafter, active, plan, scheme, limits, prepared, streams)
+            structure = TreeStructure.of(tree.parents)
+        with clock("verify"):  # [A, N+1, V], [A, N+1, H] or None
+            target_probs, features = tree_steps.verify_forward(
+                target, active, tree, structure, prepared, drafter.needs_features
+            )
+        uniforms = streams.walk_uniforms(active.rows, shape.depth)  # [A, D], [A]
+        rules_per_row, measured = [rule] * len(active.rows), None
+        if budget is not None:  # each row's rule this step, and its KL at every node
+            with clock("meter"):
+                rules_per_row = budget.choose(active.rows, target_probs, tree, structure)
+        with clock("sampler"):  # the path, its tokens, the emitted token (and their laws' KL)
+            walked = tree_steps.walk(
+                rules_per_row, target_probs, tree, structure, scheme, uniforms, prepared.meter
+            )
+        if prepared.meter:
+            measured = tree_steps.measure(walked, rules_per_row)
+        log.record(active.rows, walked.num_accepted, structure.real.sum(dim=1) - 1)
+        log.record_tree(active.rows, walked.outcomes, walked.num_children)
+        verified = torch.full_like(walked.num_accepted, walked.outcomes.shape[1])  # [A]
+        realised = steps.commit(
+            progress, active, walked.token_ids, walked.num_accepted, verified, measured
+        )
+        stream.push(progress)
+        if budget is not None:
+            budget.spend(active.rows, realised)
+        tree_steps.compact(target, drafter, tree, walked, active, features)
+        steps.retire(progress, active, [target, drafter])
+
+    stream.end(progress)
+    timing = clock.finish(verifier_calls=log.verifier_calls, draft_calls=drafter.calls)
+    return progress.result(prepared, *log.stacked(), timing, tree=log.tree())
 
 
 # --- the autoregressive baseline -------------------------------------------------------------

@@ -11,8 +11,8 @@ transformers' ``custom_generate``.
 logits processors and the stopping criteria, then calls ``cactus_generate(model,
 input_ids, logits_processor=..., stopping_criteria=..., generation_config=..., **own
 keywords, **model_kwargs)``; the keywords the callable declares and ``_sample`` does not
-(``draft_model``, ``rule``, ``k``, ``generator``, ``divergence``, ``max_kl``) pass
-through. The loop is ``speculative_generate``'s; this module only translates:
+(``draft_model``, ``rule``, ``k``, ``generator``, ``divergence``, ``max_kl``, ``tree``,
+``children``) pass through. The loop is ``speculative_generate``'s; this module only translates:
 
 - the processors generate() built become the sampling settings both models see:
   ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper`` (in that order,
@@ -154,6 +154,8 @@ class CactusGenerateOutput(ModelOutput):
         per row (summed) and per token, float64 (None with ``divergence=False``);
     sequence_tv, token_tv: the same for total variation.
     timing: seconds per phase and call counts (``DecodeResult.timing``).
+    tree_outcomes, tree_children: [steps, B, D] a tree run's walk per depth
+        (``DecodeResult``); None for a chain.
     """
 
     sequences: torch.LongTensor | None = None
@@ -166,6 +168,8 @@ class CactusGenerateOutput(ModelOutput):
     sequence_tv: torch.DoubleTensor | None = None
     token_tv: torch.DoubleTensor | None = None
     timing: dict | None = None
+    tree_outcomes: torch.LongTensor | None = None
+    tree_children: torch.LongTensor | None = None
 
     @classmethod
     def of(cls, result: DecodeResult, device: torch.device) -> CactusGenerateOutput:
@@ -184,6 +188,8 @@ class CactusGenerateOutput(ModelOutput):
             sequence_tv=result.sequence_tv,
             token_tv=result.token_tv,
             timing=dict(result.timing),
+            tree_outcomes=result.tree_outcomes,
+            tree_children=result.tree_children,
         )
 
 
@@ -202,6 +208,8 @@ def cactus_generate(
     generator: torch.Generator | None = None,
     divergence: bool = True,
     max_kl: float | None = None,
+    tree: str | None = None,
+    children: str = "deterministic",
     **model_kwargs,
 ):
     """Speculative decoding with ``rule`` as generate()'s decoding loop (module docstring).
@@ -215,6 +223,11 @@ def cactus_generate(
     generator : the source of every random draw (default: torch's global generator).
     divergence : run the divergence meter (KL in the returned statistics).
     max_kl : cap every row's summed KL(μ ‖ q) at this many nats (``speculative_generate``).
+    tree : draft a tree per step instead of a chain: ``"4,2,1"`` (widths per depth),
+        ``"dynamic:16"`` (EAGLE-2), ``"auto"`` (``decode.tree_shape``); ``k`` is then unused
+        and ``rule`` may be a tree rule (``"walk"``, ``"rrs"``) or a chain rule (lifted).
+    children : how a tree's children are drafted (``"deterministic"``: the draft's top-K;
+        ``"with-replacement"``, ``"without-replacement"``, ``"hub"``: sampled).
 
     Returns the sequences [B, P + T], or a ``CactusGenerateOutput`` with
     ``return_dict_in_generate=True``.
@@ -251,6 +264,8 @@ def cactus_generate(
         max_kl=max_kl,
         stopping=stopping,
         streamer=streamer if streamer is None or not caller else _PromptAlreadySent(streamer),
+        tree=tree,
+        children=children,
     )
     if getattr(generation_config, "return_dict_in_generate", False):
         return CactusGenerateOutput.of(result, input_ids.device)

@@ -30,6 +30,11 @@ class DecodeResult:
     they estimate). timing: seconds (``total``, ``prefill``, ``draft``, ``verify``,
     ``sampler``, ``meter``) and counts (``verifier_calls``, ``draft_calls``).
     eos_token_id, pad_token_id: the ids used (after the generation-config defaults).
+    Tree decoding (``tree=``): draft_counts holds the nodes each row drafted, and
+    tree_outcomes, tree_children [steps, B, D] the walk at each depth: the rank of the
+    accepted child or the number of children when all were rejected (−1 where the walk did
+    not reach a node with children), and that node's number of children (0 there); None
+    for chains.
     """
 
     sequences: Tensor
@@ -42,6 +47,8 @@ class DecodeResult:
     timing: dict = field(default_factory=dict)
     eos_token_id: list[int] = field(default_factory=list)
     pad_token_id: int = 0
+    tree_outcomes: Tensor | None = None
+    tree_children: Tensor | None = None
 
     @property
     def new_tokens(self) -> list[list[int]]:
@@ -77,7 +84,10 @@ class DecodeResult:
     @property
     def reached_by_position(self) -> list[int]:
         """n_j for draft positions j = 1..k_max: the verify steps that reached draft j (at
-        least j drafts, the first j − 1 accepted)."""
+        least j drafts, the first j − 1 accepted). For a tree, depth j: the steps whose walk
+        reached a node with children at depth j − 1."""
+        if self.tree_outcomes is not None:
+            return [int(value) for value in (self.tree_outcomes >= 0).sum(dim=(0, 1)).tolist()]
         active = self.accepted_lengths >= 0  # [steps, B]
         k_max = int(self.draft_counts[active].max()) if bool(active.any()) else 0
         return [
@@ -92,12 +102,29 @@ class DecodeResult:
         NaN where no step reached j. Its standard error is sqrt(α_j (1 − α_j) / n_j)
         if steps were independent."""
         reached = self.reached_by_position
+        if self.tree_outcomes is not None:
+            taken = (self.tree_outcomes >= 0) & (self.tree_outcomes < self.tree_children)
+            return [
+                int(count) / total if total else float("nan")
+                for count, total in zip(taken.sum(dim=(0, 1)).tolist(), reached, strict=True)
+            ]
         active = self.accepted_lengths >= 0
         alphas = []
         for j, count in enumerate(reached, start=1):
             taken = int((active & (self.draft_counts >= j) & (self.accepted_lengths >= j)).sum())
             alphas.append(taken / count if count else float("nan"))
         return alphas
+
+    @property
+    def ends_by_rank(self) -> tuple[list[list[int]], list[list[int]]]:
+        """(ended [D][R], reached [D][R]) of a tree run: at depth d, the walks that ended at
+        the child of rank r, and those that reached a node there with more than r children
+        (``tree_stats.rank_counts``); empty lists for a chain."""
+        from cactus_theory.decode.tree_stats import rank_counts
+
+        if self.tree_outcomes is None:
+            return [], []
+        return rank_counts(self.tree_outcomes, self.tree_children)
 
     @property
     def tokens_per_call(self) -> float:
@@ -165,10 +192,15 @@ class Progress:
         return kept
 
     def result(
-        self, prepared: Prepared, accepted: Tensor, drafts: Tensor, timing: dict
+        self,
+        prepared: Prepared,
+        accepted: Tensor,
+        drafts: Tensor,
+        timing: dict,
+        tree: tuple[Tensor, Tensor] | None = None,
     ) -> DecodeResult:
         """The ``DecodeResult`` of the committed tokens, with the step logs ``accepted`` and
-        ``drafts`` [steps, B]."""
+        ``drafts`` [steps, B] (and a tree run's outcomes and children [steps, B, D])."""
         longest = max((len(tokens) for tokens in self.generated), default=0)
         rows = len(self.generated)
 
@@ -188,6 +220,8 @@ class Progress:
             timing=timing,
             eos_token_id=sorted(self.eos),
             pad_token_id=prepared.pad_id,
+            tree_outcomes=None if tree is None else tree[0],
+            tree_children=None if tree is None else tree[1],
         )
 
 
@@ -195,15 +229,34 @@ class StepLog:
     """Per verify step, each original row's accepted drafts and drafts k_b (−1 for rows no
     longer decoding): ``DecodeResult.accepted_lengths`` and ``draft_counts`` [steps, B]."""
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, levels: int = 0) -> None:
         self.batch = batch
+        self.levels = levels  # D of a tree run (its per-depth logs), 0 for a chain
         self.accepted: list[Tensor] = []  # per step, [B]
         self.drafts: list[Tensor] = []  # per step, [B]
+        self.outcomes: list[Tensor] = []  # per step of a tree run, [B, D]
+        self.children: list[Tensor] = []  # per step of a tree run, [B, D]
 
     def record(self, rows: Tensor, accepted: Tensor, num_drafts: Tensor) -> None:
         """One step of the active rows (original indices ``rows`` [A]; values [A])."""
         self.accepted.append(self._placed(rows, accepted))
         self.drafts.append(self._placed(rows, num_drafts))
+
+    def record_tree(self, rows: Tensor, outcomes: Tensor, children: Tensor) -> None:
+        """A tree step's walk of the active rows (``outcomes``, ``children`` [A, d], d <= D)."""
+        for log, values, fill in ((self.outcomes, outcomes, -1), (self.children, children, 0)):
+            placed = torch.full((self.batch, self.levels), fill, dtype=torch.int64)
+            placed[rows.cpu(), : values.shape[1]] = values.cpu()
+            log.append(placed)
+
+    def tree(self) -> tuple[Tensor, Tensor] | None:
+        """(outcomes, children) [steps, B, D] of a tree run; None for a chain."""
+        if not self.levels:
+            return None
+        if not self.outcomes:
+            empty = torch.zeros(0, self.batch, self.levels, dtype=torch.int64)
+            return empty, empty
+        return torch.stack(self.outcomes), torch.stack(self.children)
 
     @property
     def verifier_calls(self) -> int:

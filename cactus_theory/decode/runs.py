@@ -7,7 +7,9 @@ decode`` and the report's real-model table share.
 - ``load_setup``: both models (``loading.load_model``), the shared tokenizer (checked),
   the prompts, and whether they go through the chat template;
 - ``run_prompts``: every prompt decoded in batches with one rule and k (or the baseline),
-  accumulated in ``Totals`` (tokens, time, accepted counts, verifier NLL, the meter).
+  accumulated in ``Totals`` (tokens, time, accepted counts, verifier NLL, the meter);
+  ``run_paired``: the same for both, batch by batch interleaved, with each batch's
+  speed-up (what ``cactus decode``'s interval is made of).
 """
 
 from __future__ import annotations
@@ -183,6 +185,8 @@ class RunSettings:
     seed: int = 0
     divergence: bool = True
     max_kl: float | None = None
+    tree: str | None = None  # a tree shape (``decode.tree_shape``) instead of a chain
+    children: str = "deterministic"  # how a tree's children are drafted
 
 
 @dataclass
@@ -202,6 +206,9 @@ class Totals:
     drafted: int = 0  # draft tokens sampled (per step: the batch's most drafts K)
     reached_by_position: list[int] = field(default_factory=list)  # n_j, j = 1..k
     accepted_by_position: list[int] = field(default_factory=list)  # steps that accepted draft j
+    tree_ended: list[list[int]] = field(default_factory=list)  # [D][R] walks ended at rank r
+    tree_reached: list[list[int]] = field(default_factory=list)  # [D][R] nodes with > r children
+    nodes: int = 0  # tree nodes verified (a tree run), over every row's steps
 
     @property
     def steps(self) -> int:
@@ -282,11 +289,18 @@ class Totals:
         ]
         _add_elementwise(self.reached_by_position, reached)
         _add_elementwise(self.accepted_by_position, taken)
-        if result.draft_counts.numel():
+        if result.draft_counts.numel() and result.tree_outcomes is None:
             drafts = result.draft_counts.clamp(min=0)  # [steps, B]
             reached = torch.minimum(result.accepted_lengths + 1, drafts)
             self.scanned += int(reached[active].sum())
             self.drafted += int(drafts.amax(dim=1).sum())
+        if result.tree_outcomes is not None:
+            from cactus_theory.decode.tree_stats import add_counts
+
+            ended, reached_nodes = result.ends_by_rank
+            add_counts(self.tree_ended, ended)
+            add_counts(self.tree_reached, reached_nodes)
+            self.nodes += int(result.draft_counts[active].sum())
         if result.sequence_kl is not None:
             self.sequence_kl.extend(result.sequence_kl.tolist())
             self.sequence_tv.extend(result.sequence_tv.tolist())
@@ -357,35 +371,70 @@ def run_prompts(
     import torch
     from tqdm.auto import tqdm
 
-    from cactus_theory import decode
-
-    function = decode.autoregressive_generate if baseline else decode.speculative_generate
     totals = Totals()
     generator = torch.Generator().manual_seed(run.seed)
-    label = "baseline" if baseline else f"{rule.label} k={k}"
+    shape = f"tree {run.tree}" if run.tree else f"k={k}"
+    label = "baseline" if baseline else f"{rule.label} {shape}"
     count = -(-len(setup.prompts) // run.batch_size)
     for _, input_ids, mask in tqdm(
         batches(setup, run.batch_size), total=count, desc=label, disable=not progress
     ):
-        result = function(
-            setup.verifier,
-            setup.draft,
-            input_ids,
-            rule=rule,
-            k=k,
-            max_new_tokens=run.max_new_tokens,
-            temperature=run.sampling.temperature,
-            top_k=run.sampling.top_k,
-            top_p=run.sampling.top_p,
-            eos_token_id=setup.tokenizer.eos_token_id,
-            pad_token_id=setup.tokenizer.pad_token_id,
-            generator=generator,
-            attention_mask=mask,
-            divergence=run.divergence and not baseline,
-            max_kl=None if baseline else run.max_kl,
-        )
+        result = decode_batch(setup, run, rule, k, baseline, generator, input_ids, mask)
         totals.add(result, setup.verifier, mask, setup.tokenizer)
     return totals
+
+
+def run_paired(setup: Setup, run: RunSettings, rule, k: int, *, progress=True):
+    """(speculative ``Totals``, baseline ``Totals``, per-batch speed-ups): each batch is
+    decoded speculatively and then by the baseline before the next batch (interleaved, so
+    a slow spell hits both), each kind with its own generator seeded as ``run_prompts``
+    seeds it (so the tokens are the same as two separate runs'); a batch's speed-up is its
+    speculative tokens/s over its baseline tokens/s."""
+    import torch
+    from tqdm.auto import tqdm
+
+    speculative, baseline, ratios = Totals(), Totals(), []
+    generators = [torch.Generator().manual_seed(run.seed) for _ in range(2)]
+    count = -(-len(setup.prompts) // run.batch_size)
+    for _, input_ids, mask in tqdm(
+        batches(setup, run.batch_size), total=count, desc="paired", disable=not progress
+    ):
+        speeds = []
+        for totals, is_baseline, generator in (
+            (speculative, False, generators[0]),
+            (baseline, True, generators[1]),
+        ):
+            result = decode_batch(setup, run, rule, k, is_baseline, generator, input_ids, mask)
+            totals.add(result, setup.verifier, mask, setup.tokenizer)
+            speeds.append(result.total_tokens / max(result.timing["total"], 1e-12))
+        ratios.append(speeds[0] / max(speeds[1], 1e-12))
+    return speculative, baseline, ratios
+
+
+def decode_batch(setup: Setup, run: RunSettings, rule, k, baseline: bool, generator, ids, mask):
+    """One batch ``ids`` [B, P] (``mask`` [B, P]) decoded with ``rule`` and ``k``, or by the
+    autoregressive baseline: a ``DecodeResult``."""
+    from cactus_theory import decode
+
+    function = decode.autoregressive_generate if baseline else decode.speculative_generate
+    return function(
+        setup.verifier,
+        setup.draft,
+        ids,
+        rule=rule,
+        k=k,
+        max_new_tokens=run.max_new_tokens,
+        temperature=run.sampling.temperature,
+        top_k=run.sampling.top_k,
+        top_p=run.sampling.top_p,
+        eos_token_id=setup.tokenizer.eos_token_id,
+        pad_token_id=setup.tokenizer.pad_token_id,
+        generator=generator,
+        attention_mask=mask,
+        divergence=run.divergence and not baseline,
+        max_kl=None if baseline else run.max_kl,
+        **({} if baseline or run.tree is None else {"tree": run.tree, "children": run.children}),
+    )
 
 
 def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
@@ -393,7 +442,11 @@ def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
     from cactus_theory import decode
 
     _, input_ids, mask = next(batches(setup, min(run.batch_size, 2)))
-    for function in (decode.speculative_generate, decode.autoregressive_generate):
+    tree = {} if run.tree is None else {"tree": run.tree, "children": run.children}
+    for function, extra in (
+        (decode.speculative_generate, tree),
+        (decode.autoregressive_generate, {}),
+    ):
         function(
             setup.verifier,
             setup.draft,
@@ -405,4 +458,5 @@ def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
             top_k=run.sampling.top_k,
             top_p=run.sampling.top_p,
             attention_mask=mask,
+            **extra,
         )

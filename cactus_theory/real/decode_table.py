@@ -6,7 +6,10 @@ interleaved rounds (config 1..n, then again), so a slow spell on a shared machin
 every config alike. Each (config, round) is a cell cached as JSON under ``cache`` (keyed by
 the settings, the prompts, the pair and the code), so an interrupted run resumes. A row
 keeps its first round's decoding statistics (every round reseeds, so the tokens are the
-same on CPU) and its median round's tokens/s.
+same on CPU) and its median round's tokens/s. With ``reseed``, round r decodes with seed
+``seed + r`` instead (every config of a round shares it), so the rounds are different
+samples and a row's decoding statistics are pooled over all its rounds: more tokens
+behind AL, α and KL for the same time.
 
 **Batch sizes.** With ``batch_sizes`` (1, 2, 4, 8, ...) every config runs at every batch
 size, each size with its own baseline, all interleaved in the same rounds; a row's speed-up
@@ -51,6 +54,7 @@ from pathlib import Path
 
 from cactus_theory import rules
 from cactus_theory.core.processors import PAPER_SETTING, SamplingSettings
+from cactus_theory.decode.tree_shape import check_children, parse_tree
 from cactus_theory.util import provenance
 from cactus_theory.util.files import atomic_write_json
 
@@ -90,15 +94,27 @@ class TableSettings:
     #: Several batch sizes, each with its own baseline (the first is the reference);
     #: empty: ``batch_size`` alone.
     batch_sizes: tuple[int, ...] = ()
+    #: Round r uses seed + r and statistics are pooled over rounds (module docstring).
+    reseed: bool = False
+    #: Tree shapes (``decode.tree_shape``), each a row per rule beside the chains of ``ks``;
+    #: ``children``: how their children are drafted (``SPEC@SCHEME`` sets it for one tree).
+    trees: tuple[str, ...] = ()
+    children: str = "deterministic"
+    #: ``auto`` trees as chosen per rule: ((rule spec, tree spec, chosen spec), ...).
+    chosen: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for spec in self.rules:
-            rules.parse(spec)  # a bad spec is a ValueError now, not after an hour
+            rule_of(spec, self.trees[0] if self.trees and not self.ks else None)  # a bad spec
+            # is a ValueError now, not after an hour
         for name in ("num_prompts", "max_new_tokens", "batch_size", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not self.ks or any(k < 1 for k in self.ks):
+        if (not self.ks and not self.trees) or any(k < 1 for k in self.ks):
             raise ValueError(f"k: every draft length must be >= 1, got {self.ks}")
+        for tree in self.trees:
+            shape, scheme = split_tree(tree, self.children)
+            check_children(scheme, parse_tree(shape))
         if any(size < 1 for size in self.batch_sizes):
             raise ValueError(f"batch_sizes: every batch size must be >= 1, got {self.batch_sizes}")
         if len(set(self.batch_sizes)) != len(self.batch_sizes):
@@ -109,14 +125,21 @@ class TableSettings:
         """The batch sizes the table runs, the reference first."""
         return self.batch_sizes or (self.batch_size,)
 
-    def configs(self) -> list[tuple[str | None, int | None, int]]:
-        """(rule spec, k, batch size) per row: per batch size the baseline (None, None, b)
-        first, then every rule at every k."""
+    def configs(self) -> list[tuple[str | None, int | None, int, str | None]]:
+        """(rule spec, k, batch size, tree) per row: per batch size the baseline (None,
+        None, b, None) first, then every rule at every k, then every rule with every tree
+        (an ``auto`` tree as chosen for that rule)."""
+        chosen = {(spec, tree): used for spec, tree, used in self.chosen}
         return [
             config
             for size in self.sizes
-            for config in [(None, None, size)]
-            + [(spec, k, size) for k in self.ks for spec in self.rules]
+            for config in [(None, None, size, None)]
+            + [(spec, k, size, None) for k in self.ks for spec in self.rules]
+            + [
+                (spec, None, size, chosen.get((spec, tree), tree))
+                for tree in self.trees
+                for spec in self.rules
+            ]
         ]
 
 
@@ -137,6 +160,9 @@ class Cell:
     reached: list[int]
     taken: list[int]
     timing: dict = field(default_factory=dict)
+    tree_ended: list[list[int]] = field(default_factory=list)
+    tree_reached: list[list[int]] = field(default_factory=list)
+    nodes: int = 0
 
     @classmethod
     def of(cls, totals) -> Cell:
@@ -155,11 +181,41 @@ class Cell:
             reached=list(totals.reached_by_position),
             taken=list(totals.accepted_by_position),
             timing=dict(totals.timing),
+            tree_ended=totals.tree_ended,
+            tree_reached=totals.tree_reached,
+            nodes=totals.nodes,
         )
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / max(self.seconds, 1e-12)
+
+    @classmethod
+    def pooled(cls, cells: list[Cell]) -> Cell:
+        """One cell of several (rounds of one config): counts, times and per-position
+        counts summed, the NLL averaged over tokens."""
+        tokens = sum(cell.tokens for cell in cells)
+        metered = all(cell.kl_sum is not None for cell in cells)
+        width = max(len(cell.reached) for cell in cells)
+        timing: dict = {}
+        for cell in cells:
+            for key, value in cell.timing.items():
+                timing[key] = timing.get(key, 0) + value
+        return cls(
+            tokens=tokens,
+            seconds=sum(cell.seconds for cell in cells),
+            verifier_calls=sum(cell.verifier_calls for cell in cells),
+            accepted=sum(cell.accepted for cell in cells),
+            steps=sum(cell.steps for cell in cells),
+            scanned=sum(cell.scanned for cell in cells),
+            drafted=sum(cell.drafted for cell in cells),
+            kl_sum=sum(cell.kl_sum for cell in cells) if metered else None,
+            sequences=sum(cell.sequences for cell in cells) if metered else 0,
+            nll=sum(cell.nll * cell.tokens for cell in cells) / max(tokens, 1),
+            reached=[sum(c.reached[j] for c in cells if j < len(c.reached)) for j in range(width)],
+            taken=[sum(c.taken[j] for c in cells if j < len(c.taken)) for j in range(width)],
+            timing=timing,
+        )
 
 
 def pair_identity(setup) -> dict:
@@ -196,8 +252,10 @@ def run(
     dtype: str,
     threads: int,
     progress: bool = True,
+    on_cell=None,
 ) -> dict:
-    """The table (module docstring) as a JSON-able dict ``{"settings", "rows", ...}``."""
+    """The table (module docstring) as a JSON-able dict ``{"settings", "rows", ...}``.
+    ``on_cell(done, total)`` is called after each (config, round), decoded or read back."""
     from cactus_theory.decode.runs import RunSettings, run_prompts, warm_up
 
     configs = settings.configs()
@@ -207,20 +265,27 @@ def run(
     cells: dict[tuple[int, int], Cell] = {}
     warmed = False
     for round_index in range(settings.repeats):
-        for index, (spec, k, size) in enumerate(configs):
+        for index, (spec, k, size, tree) in enumerate(configs):
             path = None if folder is None else folder / f"row{index}-round{round_index}.json"
             loaded = _load(path)
             if loaded is None:
+                shape, scheme = (None, settings.children)
+                if tree is not None:
+                    shape, scheme = split_tree(tree, settings.children)
                 run_settings = RunSettings(
                     max_new_tokens=settings.max_new_tokens,
                     sampling=settings.sampling,
                     batch_size=size,
-                    seed=settings.seed,
+                    seed=settings.seed + (round_index if settings.reseed else 0),
+                    divergence=spec is None or meter_exact(rule_of(spec, shape), shape, scheme),
+                    tree=shape,
+                    children=scheme,
                 )
                 if not warmed:
-                    warm_up(setup, run_settings, rules.parse(settings.rules[0]), settings.ks[0])
+                    first = (settings.ks or (1,))[0]
+                    warm_up(setup, run_settings, rule_of(settings.rules[0], shape), first)
                     warmed = True
-                rule = None if spec is None else rules.parse(spec)
+                rule = None if spec is None else rule_of(spec, shape)
                 totals = run_prompts(
                     setup, run_settings, rule, k, baseline=spec is None, progress=progress
                 )
@@ -228,6 +293,8 @@ def run(
                 if path is not None:
                     atomic_write_json(path, dataclasses.asdict(loaded))
             cells[index, round_index] = loaded
+            if on_cell is not None:
+                on_cell(len(cells), settings.repeats * len(configs))
     return summarise(settings, configs, cells, setup)
 
 
@@ -239,6 +306,24 @@ def _load(path: Path | None) -> Cell | None:
         return Cell(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return None
+
+
+#: z of a two-sided 95% normal interval.
+Z95 = 1.959963984540054
+
+
+def al_half_width(row: dict) -> float | None:
+    """A 95% half-width for a row's AL from its own counts: accepted drafts per step lie
+    in [0, k], so their variance is at most AL (k − AL) (Bhatia–Davis), and over n verify
+    steps (tokens / tokens per call; steps treated as independent) the half-width is at
+    most z·√(AL (k − AL)/n). None without the counts."""
+    import math
+
+    tokens, per_call, k = row.get("tokens"), row.get("tokens_per_call"), row.get("k")
+    if not tokens or not per_call or not k:
+        return None
+    al = row["acceptance_length"]
+    return Z95 * math.sqrt(max(al * (k - al), 0.0) / (tokens / per_call))
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -267,29 +352,36 @@ def median_interval(values: list[float]) -> tuple[float, float, float, float]:
 
 
 def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
-    """Rows from the cells: first round's statistics, median round's tokens/s, paired
-    per-round speed-ups with their interval (None with fewer than ``MIN_ROUNDS`` rounds)."""
+    """Rows from the cells: first round's statistics (every round's, pooled, with
+    ``reseed``), median round's tokens/s, paired per-round speed-ups with their interval
+    (None with fewer than ``MIN_ROUNDS`` rounds), and per round its tokens/s and, for a
+    rule, its costs c, v and o (``per_round``)."""
     import statistics
 
     from cactus_theory.decode.runs import step_costs, step_seconds
 
     rounds = settings.repeats
-    baselines = {size: index for index, (spec, _, size) in enumerate(configs) if spec is None}
+    baselines = {size: index for index, (spec, _, size, _) in enumerate(configs) if spec is None}
     reference = baselines[settings.sizes[0]]
     reference_speeds = [cells[reference, r].tokens_per_second for r in range(rounds)]
     rows = []
-    for index, (spec, k, size) in enumerate(configs):
+    for index, (spec, k, size, tree) in enumerate(configs):
         first = cells[index, 0]
+        if settings.reseed:
+            first = Cell.pooled([cells[index, r] for r in range(rounds)])
         base = baselines[size]
         base_speeds = [cells[base, r].tokens_per_second for r in range(rounds)]
-        step = statistics.median(step_seconds(cells[base, r].timing) for r in range(rounds))
+        steps_by_round = [step_seconds(cells[base, r].timing) for r in range(rounds)]
+        step = statistics.median(steps_by_round)
         speeds = [cells[index, r].tokens_per_second for r in range(rounds)]
         agree = all(cells[index, r].accepted == first.accepted for r in range(rounds))
         al = first.accepted / first.steps if first.steps else 0.0
         row = {
             "rule": "autoregressive" if spec is None else spec,
-            "label": "autoregressive" if spec is None else rules.parse(spec).label,
+            "label": "autoregressive" if spec is None else rule_of(spec, tree).label,
             "k": k or 0,
+            "tree": None if tree is None else split_tree(tree, settings.children)[0],
+            "children": None if tree is None else split_tree(tree, settings.children)[1],
             "batch_size": size,
             "acceptance_length": al,
             "tokens_per_call": first.tokens / max(first.verifier_calls, 1),
@@ -307,12 +399,18 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
                 for taken, reached in zip(first.taken, first.reached, strict=True)
             ],
             "rounds_agree": agree,
+            "per_round": [
+                _round_entry(cells[index, r], spec, k, tree, steps_by_round[r])
+                for r in range(rounds)
+            ],
         }
         if len(settings.sizes) > 1:
             row.update(
                 _speedup(speeds, reference_speeds, "_over_reference", same=index == reference)
             )
-        if spec is not None:
+        if spec is not None and tree is not None:
+            row.update(tree_columns(first, al, step, row["speedup"]))
+        elif spec is not None:
             alpha = first.accepted / first.scanned if first.scanned else 0.0
             costs = step_costs(first.timing, first.drafted, k, al, step)
             predicted = expected_tokens(alpha, k) / (k * costs.draft_cost + 1.0)
@@ -351,6 +449,38 @@ def summarise(settings: TableSettings, configs, cells: dict, setup) -> dict:
     return table
 
 
+def _round_entry(
+    cell: Cell, spec: str | None, k: int | None, tree: str | None, step: float
+) -> dict:
+    """One round of a row: its tokens/s, the baseline's seconds per step T that round and,
+    for a rule, that round's costs c, v and o in steps (``decode.runs.step_costs``; a tree
+    row's c is per draft forward, ``decode.tree_stats.tree_costs``)."""
+    from cactus_theory.decode.runs import step_costs
+    from cactus_theory.decode.tree_stats import tree_costs
+
+    total = cell.timing.get("total") or 0.0
+    entry = {
+        "tokens_per_second": cell.tokens_per_second,
+        "step_seconds": step,
+        "prefill_share": cell.timing.get("prefill", 0.0) / total if total else None,
+    }
+    if spec is not None:
+        al = cell.accepted / cell.steps if cell.steps else 0.0
+        if tree is not None:
+            costs = tree_costs(cell.timing, al, step)
+            entry.update({name: costs[name] for name in ("draft_cost", "verify_cost")})
+            entry.update(other_cost=costs["other_cost"], acceptance_length=al)
+        else:
+            costs = step_costs(cell.timing, cell.drafted, k, al, step)
+            entry.update(
+                draft_cost=costs.draft_cost,
+                verify_cost=costs.verify_cost,
+                other_cost=costs.other_cost,
+                acceptance_length=al,
+            )
+    return entry
+
+
 def _speedup(speeds: list[float], base_speeds: list[float], suffix: str, same: bool) -> dict:
     """``speedup{suffix}`` (the median of the paired per-round ratios) with ``_low``,
     ``_high`` and ``_coverage`` (its order-statistic interval); None and no interval
@@ -367,4 +497,60 @@ def _speedup(speeds: list[float], base_speeds: list[float], suffix: str, same: b
         f"speedup{suffix}_low": low,
         f"speedup{suffix}_high": high,
         f"speedup{suffix}_coverage": coverage,
+    }
+
+
+def meter_exact(rule, tree: str | None, scheme: str) -> bool:
+    """Whether the meter's KL is exact for a row (always for chains; for trees see
+    ``sampler.tree_meter``): a row where it is not has no KL (None, "-"), never a guess."""
+    if tree is None:
+        return True
+    from cactus_theory.core import trees
+    from cactus_theory.sampler.tree_meter import metered_exactly
+
+    return metered_exactly(rule if isinstance(rule, trees.TreeRule) else trees.lift(rule), scheme)
+
+
+def split_tree(tree: str, children: str) -> tuple[str, str]:
+    """(shape, scheme) of a table's tree ``SPEC`` or ``SPEC@SCHEME`` (``children`` when no
+    scheme is given)."""
+    shape, _, scheme = tree.partition("@")
+    return shape, scheme or children
+
+
+def rule_of(spec: str, tree: str | None):
+    """The rule a row decodes with: a chain rule, or with a tree a tree rule or a chain
+    rule (the decoder lifts it); a tree rule's name without a tree is a ValueError."""
+    from cactus_theory.core import trees
+
+    if spec.partition(":")[0].strip() in trees.names():
+        if tree is None:
+            raise ValueError(f"rule: {spec!r} is a tree rule; it needs a tree (--tree)")
+        return trees.parse(spec)
+    return rules.parse(spec)
+
+
+def tree_columns(cell: Cell, acceptance_length: float, step: float, speedup) -> dict:
+    """A tree row's extra columns: nodes verified per step, α by depth and rank
+    (``decode.tree_stats``), the costs in autoregressive steps (c per draft forward, v per
+    verify call, L draft forwards per step) and the predicted (AL + 1)/(L c + v)."""
+    from cactus_theory.decode.tree_stats import by_rank, ratios, tree_costs
+
+    costs = tree_costs(cell.timing, acceptance_length, step)
+    total = max(cell.timing.get("total", cell.seconds), 1e-12)
+    verify = max(cell.timing.get("verify", 0.0), 1e-12)
+    return {
+        "alpha": cell.accepted / max(sum(cell.reached), 1),
+        "nodes_per_step": cell.nodes / max(cell.steps, 1),
+        "alpha_by_rank": by_rank(cell.tree_ended, cell.tree_reached),
+        "alpha_by_depth_rank": ratios(cell.tree_ended, cell.tree_reached),
+        "cost_ratio": costs["draft_cost"],
+        "verify_cost": costs["verify_cost"],
+        "draft_forwards": costs["draft_forwards"],
+        "predicted_speedup": costs["predicted_speedup"],
+        "measured_over_predicted": (
+            None if speedup is None else speedup / costs["predicted_speedup"]
+        ),
+        "sampler_share": cell.timing.get("sampler", 0.0) / total,
+        "meter_over_verify": cell.timing.get("meter", 0.0) / verify,
     }

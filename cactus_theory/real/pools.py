@@ -28,10 +28,15 @@ when it starts at that position of a lossless trajectory. What it does not descr
 Storage: rows are kept packed to their support (the union of the tokens where q or p is
 positive: at most 2·top-k columns after top-k), ``ids`` naming each column's token (the
 vocabulary size pads); settings without truncation keep whole rows (``ids`` None),
-processed in float32 chunks of ``ROW_CHUNK`` positions. Each shard (``batch_size`` prompts)
-is written atomically as ``shard-NNNNN.npz`` under a folder keyed by the pair, the
-prompts, the settings, the device, the dtype and the code, so an interrupted build
-resumes and a second run with the same key reads the shards back. Shards also keep the
+processed in float32 chunks of ``ROW_CHUNK`` positions. Shards take the prompts in order,
+``batch_size`` at a time, except that a shard takes no more prompts than the positions
+still missing need (at ``max_new_tokens`` each: ``shard_size``), so the pool stops close
+to ``positions`` instead of finishing a whole batch past it. Each shard is written
+atomically as ``shard-SSSSS-NN.npz`` (its first prompt and its size) under a folder keyed
+by the pair, the prompts, the settings, the device, the dtype and the code, so an
+interrupted build resumes and a second run with the same key reads the shards back. Given
+(pair, prompts, settings, dtype) the rows are the same in every run and at every thread
+count (tests/real/test_pools.py builds a pool twice to show it). Shards also keep the
 token sequences, so the same contexts can be teacher-forced again on another device
 (``rows_for_sequences``).
 """
@@ -337,6 +342,15 @@ def cache_key(setup, settings: PoolSettings, prompts: list[str], device: str, dt
     )
 
 
+def shard_size(settings: PoolSettings, positions: int, prompts_left: int) -> int:
+    """The prompts of the next shard: ``batch_size``, or fewer when the positions still
+    missing (``settings.positions − positions``) need fewer prompts at ``max_new_tokens``
+    positions each; never more than ``prompts_left``, never fewer than one."""
+    missing = max(settings.positions - positions, 1)
+    needed = -(-missing // settings.max_new_tokens)
+    return max(1, min(settings.batch_size, needed, prompts_left))
+
+
 def _generator(settings: PoolSettings, shard: int):
     import torch
 
@@ -426,10 +440,12 @@ def build_pool(
     dtype: str,
     progress: bool = True,
     name: str = "pool",
+    on_shard=None,
 ) -> RealPool:
     """The pool of ``setup`` (a ``decode.runs.Setup``: models, tokenizer, prompts) with
     ``settings``, built shard by shard (module docstring), reading finished shards from
-    ``cache`` (None: no cache)."""
+    ``cache`` (None: no cache). ``on_shard(shards, positions, fresh)`` is called after each
+    shard (``fresh``: computed now, not read back), e.g. for progress lines."""
     from tqdm.auto import tqdm
 
     prompts = setup.prompts[: settings.num_prompts]
@@ -439,25 +455,28 @@ def build_pool(
     if cache is not None:
         key = cache_key(setup, settings, prompts, device, dtype)
         folder = Path(cache) / f"pool-{key}"
-    shards, total, seconds, built = [], 0, np.zeros(2), 0
-    count = -(-len(prompts) // settings.batch_size)
+    shards, total, seconds, built, start = [], 0, np.zeros(2), 0, 0
     bar = tqdm(total=settings.positions, desc=f"{name} positions", disable=not progress)
-    for shard in range(count):
-        if total >= settings.positions:
-            break
-        chunk = prompts[shard * settings.batch_size : (shard + 1) * settings.batch_size]
-        path = None if folder is None else folder / f"shard-{shard:05d}.npz"
+    while total < settings.positions and start < len(prompts):
+        size = shard_size(settings, total, len(prompts) - start)
+        chunk = prompts[start : start + size]
+        shard = len(shards)
+        path = None if folder is None else folder / f"shard-{start:05d}-{size:02d}.npz"
         arrays = None if path is None else _load(path)
-        if arrays is None:
+        fresh = arrays is None
+        if fresh:
             arrays = build_shard(setup, chunk, settings, shard)
             built += 1
             seconds += arrays["seconds"]
             if path is not None:
                 _save(path, arrays)
-        arrays["prompt"] = arrays["prompt_local"] + shard * settings.batch_size
+        arrays["prompt"] = arrays["prompt_local"] + start
         shards.append(arrays)
         bar.update(min(len(arrays["step"]), settings.positions - total))
         total += len(arrays["step"])
+        start += size
+        if on_shard is not None:
+            on_shard(shard + 1, total, fresh)
     bar.close()
     vocab = _vocab(setup)
     if folder is not None:

@@ -158,8 +158,9 @@ def tradeoff(
     verify_costs: Mapping[int, float] | None = None,
 ) -> Tradeoff:
     """Every rule's exact statistics on ``pool`` beside the frontier at its KL, with
-    predicted AL for k = 1..``k_max`` and, given ``draft_cost`` c (and optionally the
-    verify costs v_k, default 1), predicted speed-ups (module docstring)."""
+    predicted AL for k = 1..``k_max`` and, given ``draft_cost`` c, predicted speed-ups
+    (module docstring): at every k with v_k = 1 (Leviathan's assumption) when no
+    ``verify_costs`` are given, else at the k whose v_k was measured."""
     if k_max < 1:
         raise ValueError(f"k_max: must be >= 1, got {k_max}")
     if draft_cost is not None and not (draft_cost >= 0 and math.isfinite(draft_cost)):
@@ -174,12 +175,13 @@ def tradeoff(
     for row, frontier_here in zip(found, at_kl, strict=True):
         als = {k: predicted_al(row.acceptance, k) for k in range(1, k_max + 1)}
         speedups = {}
-        if draft_cost is not None:
+        if draft_cost is not None:  # v_k = 1 without verify costs; else where measured
             speedups = {
                 k: predicted_speedup(
-                    row.acceptance, k, draft_cost, (verify_costs or {}).get(k, 1.0)
+                    row.acceptance, k, draft_cost, 1.0 if verify_costs is None else verify_costs[k]
                 )
                 for k in range(1, k_max + 1)
+                if verify_costs is None or k in verify_costs
             }
         rows.append(TradeoffRow(row, float(frontier_here), als, speedups))
     return Tradeoff(len(pool), rows, [(float(kl), float(a)) for kl, a in curve])

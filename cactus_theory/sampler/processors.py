@@ -78,15 +78,38 @@ def _top_k_first(scores: Tensor, settings: SamplingSettings) -> Tensor:
     softmax, two renormalisations and a top-k over V.
     """
     top_k = settings.top_k
-    values, index = torch.topk(scores, top_k + 1, dim=-1)  # [R, k+1] descending
+    width = min(top_k + TIE_WINDOW, scores.shape[-1])
+    values, index = torch.topk(scores, width, dim=-1)  # [R, W] descending
     tied = values[:, top_k] == values[:, top_k - 1]  # [R] a tie at the boundary
-    values, index = values[:, :top_k], index[:, :top_k]  # [R, k]
-    small = torch.softmax(values / settings.temperature, dim=-1)  # [R, k]
+    small = torch.softmax(values[:, :top_k] / settings.temperature, dim=-1)  # [R, k]
     if settings.top_p < 1.0:
         small = _renormalised(small, top_p_mask(small, settings.top_p, top_k))
-    probs = torch.zeros_like(scores).scatter_(-1, index, small)  # [R, V]
+    probs = torch.zeros_like(scores).scatter_(-1, index[:, :top_k], small)  # [R, V]
     if bool(tied.any()):
-        probs[tied] = _general(scores[tied], settings)
+        probs[tied] = _tied_rows(scores[tied], values[tied], index[tied], settings)
+    return probs
+
+
+#: Extra logits read past the k-th so that ties at the top-k boundary (frequent in
+#: bfloat16 logits) are kept without a pass over the vocabulary.
+TIE_WINDOW = 16
+
+
+def _tied_rows(scores: Tensor, values: Tensor, index: Tensor, settings) -> Tensor:
+    """Rows [T, V] with a tie at the top-k boundary, from their largest W logits (values,
+    index [T, W]): the kept set is every logit >= the k-th (ties kept), renormalised and
+    cut by top-p over those W values; rows whose ties may run past W take the general
+    path."""
+    top_k = settings.top_k
+    kept = values >= values[:, top_k - 1 : top_k]  # [T, W] the top-k set with its ties
+    scaled = torch.where(kept, values / settings.temperature, -torch.inf)
+    small = torch.softmax(scaled, dim=-1)  # [T, W] (0 outside the kept set)
+    if settings.top_p < 1.0:
+        small = _renormalised(small, top_p_mask(small, settings.top_p, values.shape[-1]))
+    probs = torch.zeros_like(scores).scatter_(-1, index, small)  # [T, V]
+    overflow = kept[:, -1] & (values.shape[-1] < scores.shape[-1])  # [T]
+    if bool(overflow.any()):
+        probs[overflow] = _general(scores[overflow], settings)
     return probs
 
 

@@ -28,6 +28,12 @@ one-hot and near-one-hot rows, masses near 1e-300, disjoint supports, processed 
 vocabularies up to 10^5, budgets), for your own properties. The command line does the same:
 ``cactus check --rule SPEC [--rules-module MODULE]``.
 
+**Engines.** ``conform(verify_fn, rule="sps", ...)`` checks an engine's verify step (any
+function ``verify_fn(target_probs, draft_probs, draft_ids, generator, uniforms=None) ->
+(token_ids, num_accepted)``, or an ``Adapter``) against the exact law of the rule it claims
+and returns a ``ConformReport``; it lives in ``cactus_theory.testing.conformance``
+(imported on first use: it needs torch) and on the command line in ``cactus conform``.
+
 hypothesis is an optional dependency: ``pip install "cactus-theory[testing]"``.
 """
 
@@ -99,14 +105,29 @@ def parametrize_with_rule_checks(
     return pytest.mark.parametrize("rule, check", items, ids=ids)
 
 
+#: Names served lazily from ``cactus_theory.testing.conformance`` (it imports torch).
+_CONFORMANCE = ("Adapter", "ConformReport", "conform")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONFORMANCE:
+        from cactus_theory.testing import conformance
+
+        return getattr(conformance, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "CHECKS",
     "TREE_CHECKS",
+    "Adapter",
     "CheckResult",
+    "ConformReport",
     "RuleCheck",
     "RuleReport",
     "TreeRuleReport",
     "check_rule",
+    "conform",
     "parametrize_with_rule_checks",
     "parse_any",
 ]

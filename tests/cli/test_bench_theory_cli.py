@@ -197,3 +197,28 @@ def test_a_single_round_prints_no_degenerate_interval():
     six = {"median": 1.3, "low": 1.1, "high": 1.5, "coverage": 0.969}
     row = {f"{part}_ratio": six for part, _ in bench_pool.PARTS}
     assert "total 1.30x [1.10, 1.50]" in bench_pool.ratio_text(row)
+
+
+def test_bench_theory_compares_whole_trees(checkpoints, cache, capsys, tmp_path):
+    """``--tree``: the whole tree's exact E[accepted] on the pool and at the decoder's step
+    starts against the tree decoder's measured AL; cached, and tree rules are accepted."""
+    out = tmp_path / "trees.json"
+    arguments = theory_args(
+        checkpoints, "--dataset", checkpoints["prompts"], "--rule", "walk", "--rule",
+        "cactus:delta=1", "--tree", "3,1", "--no-chains", "--json", str(out),
+    )  # fmt: skip
+    assert cli.main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "pool E[L]" in printed and "E starts" in printed
+    rows = json.loads(out.read_text())["tree_rows"]
+    assert [(row["rule"], row["tree"]) for row in rows] == [
+        ("walk", "3,1"),
+        ("cactus:delta=1", "3,1"),
+    ]
+    for row in rows:
+        assert 0 < row["pool_accepted"] <= 2 and 0 <= row["measured_al"] <= 2
+        assert 0 < row["accepted_step_starts"] <= 2 and row["noise_se"] > 0
+        assert abs(row["starts_z"]) < 4  # the decoder's AL is E[L] at its step starts, up to noise
+    assert len(list(cache.glob("theory/trees/*.npz"))) == 2 * 3  # decode, starts, pool per rule
+    assert cli.main([*arguments[:-2], "--tree", "dynamic:4"]) == 2
+    assert "the comparison needs a static tree" in capsys.readouterr().err

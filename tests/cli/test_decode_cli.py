@@ -126,6 +126,44 @@ def test_a_bare_decode_runs_on_the_default_pair(checkpoints, capsys, monkeypatch
     assert json.loads(summary.read_text())["rule"] == f"{decode.DEFAULT_RULE}:delta=0.25"
 
 
+def test_a_first_decode_takes_a_few_prompts_and_gives_an_interval(
+    checkpoints, capsys, monkeypatch, tmp_path
+):
+    """A bare ``cactus decode`` (no model, prompts or count) decodes the default pair's
+    first ``FIRST_PROMPTS`` prompts, each speculatively then plainly, and prints the
+    speed-up with its 95% interval, AL, α by draft position and the KL per token;
+    ``--num-prompts`` takes more; below 6 paired batches it says why there is no interval
+    (the negative control)."""
+    from cactus_theory.cli import decode
+    from cactus_theory.decode.runs import Pair
+
+    prompts = tmp_path / "many.txt"
+    prompts.write_text("\n".join(f"def f{i}(x):" for i in range(9)) + "\n")
+    pair = Pair(checkpoints["verifier"], checkpoints["draft"], str(prompts), "test")
+    monkeypatch.setattr(cli, "default_pair", lambda: pair)
+    summary = tmp_path / "first.json"
+    argv = ["decode", "--max-new-tokens", "5", "--quiet", "--json", str(summary)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads(summary.read_text())
+    assert data["prompts"] == decode.FIRST_PROMPTS == 6
+    assert f"the default pair's first {decode.FIRST_PROMPTS} prompts" in out
+    ratios = data["speedup_by_batch"]
+    assert len(ratios) == 6 and data["speedup_low"] == min(ratios)
+    assert data["speedup_high"] == max(ratios) and data["speedup_low"] < data["speedup_high"]
+    line = next(line for line in out.splitlines() if line.startswith("speed-up:"))
+    assert f"{data['speedup_median']:.2f}x [{data['speedup_low']:.2f}, " in line
+    assert "median of 6 per-batch ratios" in line
+    assert "AL " in out and "α by draft position" in out and "nats/token" in out
+    # --num-prompts takes more of them; three give no interval, and it says why.
+    assert cli.main([*argv, "--num-prompts", "9"]) == 0
+    assert json.loads(summary.read_text())["prompts"] == 9
+    assert cli.main([*argv, "--num-prompts", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "no interval: 3 paired batches" in out and "--num-prompts 6" in out
+    assert "speedup_low" not in json.loads(summary.read_text())
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -336,7 +374,8 @@ def test_the_summary_explains_the_speedup_from_the_runs_own_costs(checkpoints, c
         assert (alpha is None) == (n == 0)
         assert n == 0 or alpha * n == pytest.approx(round(alpha * n), abs=1e-9)
     assert ("below 1 because" in out) == (data["speedup"] < 1)
-    assert "one run, no interval" in out
+    # three prompts at batch 1: three paired batches, too few for an interval, and why
+    assert "no interval: 3 paired batches" in out and len(data["speedup_by_batch"]) == 3
 
 
 def test_why_lines_name_the_costs_that_make_speculation_lose():

@@ -139,6 +139,18 @@ def test_help_lists_the_flags(capsys):
         assert flag in text
 
 
+def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
+    module = raising_rule_module(tmp_path)
+    words = arguments(pair, tmp_path, "--no-costs", "--rules-module", module)
+    words += ["--rule", "test-half-written"]
+    try:
+        assert cli.main(words) == 1
+    finally:
+        rules.REGISTRY.pop("test-half-written", None)
+    assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")
+
+
 def test_tree_tradeoff_writes_exact_tree_rows_and_the_frontier(pair, tmp_path, capsys):
     """``--tree``: tree rules on the same pool, recomputed through the library."""
     words = arguments(pair, tmp_path, "--no-costs", "--k-max", "2")
@@ -175,13 +187,17 @@ def test_tree_tradeoff_writes_exact_tree_rows_and_the_frontier(pair, tmp_path, c
     assert "children: expected some of" in capsys.readouterr().err
 
 
-def test_a_rule_that_raises_is_one_line_naming_it(pair, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(rules.ENV_MODULES, raising=False)  # restored after --rules-module
-    module = raising_rule_module(tmp_path)
-    words = arguments(pair, tmp_path, "--no-costs", "--rules-module", module)
-    words += ["--rule", "test-half-written"]
-    try:
-        assert cli.main(words) == 1
-    finally:
-        rules.REGISTRY.pop("test-half-written", None)
-    assert_one_line_naming_the_rule(capsys.readouterr().err, "tradeoff")
+def test_dtype_auto_measures_the_pools_and_the_decoders_dtype(pair, tmp_path, capsys, monkeypatch):
+    """The default --dtype auto measures the pool's generation step (batch 2 here) and the
+    decoder's verify call (k_max + 1 tokens), prints both and records them."""
+    monkeypatch.setenv("CACTUS_CACHE", str(tmp_path / "user-cache"))
+    words = arguments(pair, tmp_path, "--no-costs", "--k-max", "2")
+    at = words.index("--dtype")
+    del words[at : at + 2]
+    assert cli.main(words) == 0
+    out = capsys.readouterr().out
+    assert "pools: dtype auto: " in out and "one forward of 1 token at batch 2" in out
+    assert "decoder: dtype auto: " in out and "one forward of 3 tokens at batch 1" in out
+    data = json.loads((tmp_path / "out" / "tradeoff.json").read_text())
+    assert data["settings"]["dtype"] in ("float32", "bfloat16")
+    assert data["settings"]["costs_dtype"] in ("float32", "bfloat16")

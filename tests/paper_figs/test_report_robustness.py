@@ -28,7 +28,8 @@ from paper_figs import report
 from sims import sweep
 {patch}
 report.build(
-    sys.argv[1], quick=True, seed=0, progress=False, config=sweep.TINY, real_model=False
+    sys.argv[1], quick=True, seed=0, progress=False, config=sweep.TINY, real_model=False,
+    conformance=False,
 )
 """
 linux_only = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
@@ -106,7 +107,13 @@ def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
     try:
         with pytest.raises(ValueError, match="^out: another run is writing to"):
             report.build(
-                out, quick=True, seed=0, progress=False, config=sweep.TINY, real_model=False
+                out,
+                quick=True,
+                seed=0,
+                progress=False,
+                config=sweep.TINY,
+                real_model=False,
+                conformance=False,
             )
     finally:
         job.kill()
@@ -119,7 +126,11 @@ def test_negative_control_an_unwatched_child_outlives_its_parent(tmp_path):
     """With the child not told its parent (``child_environment`` bypassed) it survives the
     job's SIGKILL: the property the kill test checks comes from ``exit_with_parent``."""
     out = tmp_path / "out"
-    job = start_job(out, "report.child_environment = lambda: dict(__import__('os').environ)")
+    job = start_job(
+        out,
+        "from paper_figs import children\n"
+        "children.child_environment = lambda: dict(__import__('os').environ)",
+    )
     job.kill()
     job.wait(30)
     try:

@@ -152,9 +152,45 @@ def test_a_build_is_cached_resumes_and_stops_at_the_positions(
     for name in ("target_probs", "draft_probs", "ids", "prompt", "step", "token"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(first, name))
     few = pools.build_pool(setup, dataclasses.replace(settings, positions=3), tmp_path, **build)
-    assert 3 <= len(few) < len(first) and few.info["prompts"] == 2  # one shard is enough
+    # one shard of one prompt is enough: 3 positions need one prompt of 8 new tokens
+    assert 3 <= len(few) < len(first) and few.info["prompts"] == 1
     other = dataclasses.replace(settings, seed=1)
     assert pools.build_pool(setup, other, tmp_path, **build).info["shards_built"] == 3
+
+
+def test_a_shard_takes_no_more_prompts_than_the_missing_positions_need():
+    settings = pools.PoolSettings(positions=2000, max_new_tokens=128, batch_size=8)
+    assert pools.shard_size(settings, 0, 80) == 8
+    assert pools.shard_size(settings, 1700, 64) == 3  # 300 positions: 3 prompts of 128
+    assert pools.shard_size(settings, 1999, 64) == 1
+    assert pools.shard_size(settings, 2500, 64) == 1  # never fewer than one
+    assert pools.shard_size(settings, 0, 2) == 2  # never more than are left
+
+
+def test_a_pool_is_the_same_in_every_run_and_at_every_thread_count(
+    verifier, independent_draft, tokenizer
+):
+    """Deterministic given (pair, prompts, settings, dtype): two builds from scratch (no
+    cache), one on one thread and one on two, hold the same rows to the last bit; the
+    negative control, another seed, does not."""
+    setup = _setup(verifier, independent_draft, tokenizer)
+    settings = pools.PoolSettings(
+        positions=30, num_prompts=6, max_new_tokens=8, sampling=TRUNCATED, batch_size=3
+    )
+    build = dict(device="cpu", dtype="float64", progress=False)
+    first = pools.build_pool(setup, settings, None, **build)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        second = pools.build_pool(setup, settings, None, **build)
+    finally:
+        torch.set_num_threads(previous)
+    for name in ("target_probs", "draft_probs", "ids", "prompt", "step", "token"):
+        np.testing.assert_array_equal(getattr(second, name), getattr(first, name))
+    other = pools.build_pool(setup, dataclasses.replace(settings, seed=1), None, **build)
+    assert not np.array_equal(other.token, first.token[: len(other.token)]) or len(other) != len(
+        first
+    )
 
 
 def test_bad_settings_name_the_argument():

@@ -59,6 +59,25 @@ def test_a_choice_is_measured_once_then_read_from_the_cache(verifier_folder, tmp
         precision.choose_dtype(verifier_folder, "cpu", 2, 4, cache_dir=tmp_path)
     with pytest.raises(AssertionError, match="measured again"):
         precision.choose_dtype(verifier_folder, "cpu", 1, 6, cache_dir=tmp_path)
+    # Another batch size (a pool's generation step) is another key too.
+    with pytest.raises(AssertionError, match="measured again"):
+        precision.choose_dtype(verifier_folder, "cpu", 1, 4, cache_dir=tmp_path, batch_size=8)
+    # So is another CPU: a machine without bfloat16 units never reads this one's choice.
+    other = {**precision.cpu_identity(), "capability": "AVX2", "bf16_units": False}
+    monkeypatch.setattr(precision, "cpu_identity", lambda: other)
+    with pytest.raises(AssertionError, match="measured again"):
+        precision.choose_dtype(verifier_folder, "cpu", 1, 4, cache_dir=tmp_path)
+
+
+def test_a_batched_shape_is_measured_and_described(verifier_folder, tmp_path):
+    choice = precision.choose_dtype(
+        verifier_folder, "cpu", 1, 1, cache_dir=tmp_path, repeats=2, batch_size=3
+    )
+    assert choice.batch_size == 3 and "1 token at batch 3" in choice.describe()
+    again = precision.choose_dtype(verifier_folder, "cpu", 1, 1, cache_dir=tmp_path, batch_size=3)
+    assert again.cached and again.batch_size == 3 and again.dtype == choice.dtype
+    with pytest.raises(ValueError, match="^batch_size: must be >= 1, got 0"):
+        precision.choose_dtype(verifier_folder, "cpu", 1, 1, cache_dir=tmp_path, batch_size=0)
 
 
 @pytest.mark.parametrize(

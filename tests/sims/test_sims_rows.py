@@ -91,3 +91,30 @@ def test_column_of_rejects_a_missing_token():
     assert aligned.column_of(np.array([1]))[0] == 1
     with pytest.raises(ValueError, match="^tokens"):
         aligned.column_of(np.array([2]))
+
+
+@pytest.mark.parametrize("limit", [200_000, 5, 0])
+def test_a_row_memo_returns_exactly_what_it_would_compute(limit):
+    """``RowMemo`` against the function it memoises, on batches with repeated and new
+    contexts, before and after its table is full (limit 5, 0): the same ids, probs and
+    width, to the last bit; and it computes each context at most once while it has room."""
+    rng = np.random.default_rng(0)
+    vocab = 50
+    table = rng.dirichlet(np.full(vocab, 0.2), size=vocab * vocab)  # a bigram-of-pairs model
+    calls = []
+
+    def compute(contexts):
+        calls.append(len(contexts))
+        dense = table[contexts[:, 0] * vocab + contexts[:, 1]]
+        return rows.process(dense, SamplingSettings(0.7, 5, 0.9))
+
+    memo = rows.RowMemo(compute, vocab, limit=limit)
+    pool = rng.integers(0, vocab, size=(12, 2))
+    for _ in range(6):
+        contexts = pool[rng.integers(0, len(pool), size=rng.integers(1, 20))]
+        expected = compute(contexts)
+        got = memo(contexts)
+        np.testing.assert_array_equal(got.ids, expected.ids)
+        np.testing.assert_array_equal(got.probs, expected.probs)
+    if limit >= len(pool):
+        assert memo.misses <= len(pool) and memo.hits > 0
