@@ -187,6 +187,9 @@ class RunSettings:
     max_kl: float | None = None
     tree: str | None = None  # a tree shape (``decode.tree_shape``) instead of a chain
     children: str = "deterministic"  # how a tree's children are drafted
+    #: The verifier's NLL of what was generated (one teacher-forced verifier forward per
+    #: batch, outside the timed decode); False skips it (``Totals.nll`` is then None).
+    nll: bool = True
 
 
 @dataclass
@@ -209,6 +212,7 @@ class Totals:
     tree_ended: list[list[int]] = field(default_factory=list)  # [D][R] walks ended at rank r
     tree_reached: list[list[int]] = field(default_factory=list)  # [D][R] nodes with > r children
     nodes: int = 0  # tree nodes verified (a tree run), over every row's steps
+    nll_measured: bool = True  # False: RunSettings.nll was off, no NLL
 
     @property
     def steps(self) -> int:
@@ -242,8 +246,9 @@ class Totals:
         return 1.0 + self.acceptance_length
 
     @property
-    def nll(self) -> float:
-        return self.nll_sum / max(self.tokens, 1)
+    def nll(self) -> float | None:
+        """The verifier's NLL per generated token (nats); None when it was not measured."""
+        return self.nll_sum / max(self.tokens, 1) if self.nll_measured else None
 
     @property
     def per_position_acceptance(self) -> float:
@@ -269,7 +274,9 @@ class Totals:
     def tv_per_token(self) -> float | None:
         return sum(self.sequence_tv) / max(self.tokens, 1) if self.metered else None
 
-    def add(self, result, verifier, mask, tokenizer) -> None:
+    def add(self, result, verifier, mask, tokenizer, nll: bool = True) -> None:
+        """Add one batch's ``DecodeResult``; ``nll``: also its verifier NLL (one verifier
+        forward over the batch's sequences)."""
         import torch
 
         from cactus_theory.decode import verifier_nll
@@ -304,7 +311,8 @@ class Totals:
         if result.sequence_kl is not None:
             self.sequence_kl.extend(result.sequence_kl.tolist())
             self.sequence_tv.extend(result.sequence_tv.tolist())
-        if result.total_tokens:
+        self.nll_measured = self.nll_measured and nll
+        if result.total_tokens and self.nll_measured:
             self.nll_sum += verifier_nll(verifier, result, mask) * result.total_tokens
         self.texts.extend(
             tokenizer.decode(tokens, skip_special_tokens=True) for tokens in result.new_tokens
@@ -380,7 +388,7 @@ def run_prompts(
         batches(setup, run.batch_size), total=count, desc=label, disable=not progress
     ):
         result = decode_batch(setup, run, rule, k, baseline, generator, input_ids, mask)
-        totals.add(result, setup.verifier, mask, setup.tokenizer)
+        totals.add(result, setup.verifier, mask, setup.tokenizer, nll=run.nll)
     return totals
 
 
@@ -405,7 +413,7 @@ def run_paired(setup: Setup, run: RunSettings, rule, k: int, *, progress=True):
             (baseline, True, generators[1]),
         ):
             result = decode_batch(setup, run, rule, k, is_baseline, generator, input_ids, mask)
-            totals.add(result, setup.verifier, mask, setup.tokenizer)
+            totals.add(result, setup.verifier, mask, setup.tokenizer, nll=run.nll)
             speeds.append(result.total_tokens / max(result.timing["total"], 1e-12))
         ratios.append(speeds[0] / max(speeds[1], 1e-12))
     return speculative, baseline, ratios

@@ -96,6 +96,8 @@ class TableSettings:
     batch_sizes: tuple[int, ...] = ()
     #: Round r uses seed + r and statistics are pooled over rounds (module docstring).
     reseed: bool = False
+    #: Measure the verifier's NLL of every decoded batch (an untimed verifier forward).
+    nll: bool = True
     #: Tree shapes (``decode.tree_shape``), each a row per rule beside the chains of ``ks``;
     #: ``children``: how their children are drafted (``SPEC@SCHEME`` sets it for one tree).
     trees: tuple[str, ...] = ()
@@ -156,7 +158,7 @@ class Cell:
     drafted: int
     kl_sum: float | None
     sequences: int
-    nll: float
+    nll: float | None  # None: not measured (``TableSettings.nll``)
     reached: list[int]
     taken: list[int]
     timing: dict = field(default_factory=dict)
@@ -211,7 +213,11 @@ class Cell:
             drafted=sum(cell.drafted for cell in cells),
             kl_sum=sum(cell.kl_sum for cell in cells) if metered else None,
             sequences=sum(cell.sequences for cell in cells) if metered else 0,
-            nll=sum(cell.nll * cell.tokens for cell in cells) / max(tokens, 1),
+            nll=(
+                None
+                if any(cell.nll is None for cell in cells)
+                else sum(cell.nll * cell.tokens for cell in cells) / max(tokens, 1)
+            ),
             reached=[sum(c.reached[j] for c in cells if j < len(c.reached)) for j in range(width)],
             taken=[sum(c.taken[j] for c in cells if j < len(c.taken)) for j in range(width)],
             timing=timing,
@@ -280,6 +286,7 @@ def run(
                     divergence=spec is None or meter_exact(rule_of(spec, shape), shape, scheme),
                     tree=shape,
                     children=scheme,
+                    nll=settings.nll,
                 )
                 if not warmed:
                     first = (settings.ks or (1,))[0]

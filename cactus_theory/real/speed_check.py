@@ -64,7 +64,9 @@ class SpeedSettings:
     seed: int = 0
 
     def table(self) -> TableSettings:
-        """The decode table that runs it (``reseed``: every round a new sample)."""
+        """The decode table that runs it (``reseed``: every round a new sample; no
+        verifier NLL, which nothing here reads and which would cost a verifier forward
+        over every batch)."""
         return TableSettings(
             rules=self.rules,
             ks=(self.k,),
@@ -74,6 +76,7 @@ class SpeedSettings:
             seed=self.seed,
             repeats=self.rounds,
             reseed=True,
+            nll=False,
         )
 
 
