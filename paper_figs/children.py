@@ -92,16 +92,8 @@ def start_claims(
         command.append("--quick")
     if only:
         command += ["--only", *only]
-    environment = _environment()
     log = out / "claims.log"
-    with open(log, "w", encoding="utf-8") as stream:
-        process = subprocess.Popen(
-            command,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            pass_fds=() if lock is None else (lock,),
-        )
+    process = _launch(command, log, lock)
     return PendingClaims(process, log, out / "claims.json", time.time())
 
 
@@ -144,6 +136,19 @@ def _environment() -> dict[str, str]:
         part for part in (source, environment.get("PYTHONPATH", "")) if part
     )
     return environment
+
+
+def _launch(command: list[str], log: Path, lock: int | None) -> subprocess.Popen:
+    """Start ``command`` with its output (stdout and stderr) in ``log``, in
+    ``_environment()``, passing the report's lock file descriptor ``lock`` on."""
+    with open(log, "w", encoding="utf-8") as stream:
+        return subprocess.Popen(
+            command,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=_environment(),
+            pass_fds=() if lock is None else (lock,),
+        )
 
 
 @dataclass
@@ -196,14 +201,7 @@ def start_real_model(
         command += ["--no-progress", "--cores-file", str(cores.path)]
         command += ["--quick"] if quick else []
     log = out / "real-model.log"
-    with open(log, "w", encoding="utf-8") as stream:
-        process = subprocess.Popen(
-            command,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            env=_environment(),
-            pass_fds=() if lock is None else (lock,),
-        )
+    process = _launch(command, log, lock)
     child = RealModelChild(process, log, cores, time.time())
     if progress:
         child.relay_thread = threading.Thread(
@@ -293,14 +291,7 @@ def start_conformance(
         command = [sys.executable, "-m", "cactus_theory.testing.conformance.section"]
         command += ["--out", str(out)] + (QUICK_CONFORMANCE if quick else [])
     log = out / "conformance.log"
-    with open(log, "w", encoding="utf-8") as stream:
-        process = subprocess.Popen(
-            command,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            env=_environment(),
-            pass_fds=() if lock is None else (lock,),
-        )
+    process = _launch(command, log, lock)
     return ConformanceChild(process, log, out / "conformance.json")
 
 
