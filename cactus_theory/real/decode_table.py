@@ -475,16 +475,10 @@ def _round_entry(
         al = cell.accepted / cell.steps if cell.steps else 0.0
         if tree is not None:
             costs = tree_costs(cell.timing, al, step)
-            entry.update({name: costs[name] for name in ("draft_cost", "verify_cost")})
-            entry.update(other_cost=costs["other_cost"], acceptance_length=al)
         else:
-            costs = step_costs(cell.timing, cell.drafted, k, al, step)
-            entry.update(
-                draft_cost=costs.draft_cost,
-                verify_cost=costs.verify_cost,
-                other_cost=costs.other_cost,
-                acceptance_length=al,
-            )
+            costs = dataclasses.asdict(step_costs(cell.timing, cell.drafted, k, al, step))
+        entry.update({name: costs[name] for name in ("draft_cost", "verify_cost", "other_cost")})
+        entry["acceptance_length"] = al
     return entry
 
 

@@ -63,6 +63,7 @@ check, the tree trade-off or the speed check alone leaves the rest in place, wit
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -228,37 +229,35 @@ class Section:
             "pool_settings": pool_fields(self.settings.pool),
             "tradeoff": trade,
         }
-        mark = time.perf_counter()
-        try:
+        with self.optional_stage("trees", result):
             result["trees"] = self.trees(built[names[0]], names[0])
-        except (ValueError, OSError, RuntimeError) as error:
-            result["trees_unavailable"] = f"{type(error).__name__}: {error}"
-            self.log.line(f"trees: unavailable: {result['trees_unavailable']}")
-        self.timings["trees"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        try:
+        with self.optional_stage("theory", result):
             theory_names = [name for name in names if name in THEORY_DATASETS] or list(names[:1])
             result["theory"] = self.theory(
                 setup, {name: built[name] for name in theory_names}, texts
             )
-        except (ValueError, OSError, RuntimeError) as error:
-            result["theory_unavailable"] = f"{type(error).__name__}: {error}"
-            self.log.line(f"theory: unavailable: {result['theory_unavailable']}")
-        self.timings["theory"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        try:
+        with self.optional_stage("speed", result):
             first = names[0]
             setup.prompts = list(texts[first])
             speed = self.speed(chosen, setup, choices["decoder"].dtype, trade[first])
             result["speed"] = {**speed, "dataset": first}
             result["costs"] = speed["costs"]
             self.predicted_speedups(trade, built, speed["costs"])
-        except (ValueError, OSError, RuntimeError) as error:
-            result["speed_unavailable"] = f"{type(error).__name__}: {error}"
-            self.log.line(f"speed: unavailable: {result['speed_unavailable']}")
-        self.timings["speed"] = time.perf_counter() - mark
         result["timings"] = self.timings
         return result
+
+    @contextlib.contextmanager
+    def optional_stage(self, name: str, result: dict):
+        """Run a stage that the section can do without: its time goes to ``timings[name]``;
+        a ValueError, OSError or RuntimeError becomes ``result[name + "_unavailable"]``
+        (and a progress line) instead of ending the section."""
+        mark = time.perf_counter()
+        try:
+            yield
+        except (ValueError, OSError, RuntimeError) as error:
+            result[f"{name}_unavailable"] = f"{type(error).__name__}: {error}"
+            self.log.line(f"{name}: unavailable: {result[f'{name}_unavailable']}")
+        self.timings[name] = time.perf_counter() - mark
 
     def load(self, pair, dtype: str):
         import torch
