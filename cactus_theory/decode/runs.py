@@ -15,7 +15,7 @@ decode`` and the report's real-model table share.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cactus_theory.core.processors import SamplingSettings
@@ -446,25 +446,11 @@ def decode_batch(setup: Setup, run: RunSettings, rule, k, baseline: bool, genera
 
 
 def warm_up(setup: Setup, run: RunSettings, rule, k: int) -> None:
-    """One short generation of each kind, so one-time costs stay out of the timings."""
-    from cactus_theory import decode
+    """One short generation of each kind (4 tokens of ``decode_batch``), so one-time costs
+    stay out of the timings."""
+    import torch
 
     _, input_ids, mask = next(batches(setup, min(run.batch_size, 2)))
-    tree = {} if run.tree is None else {"tree": run.tree, "children": run.children}
-    for function, extra in (
-        (decode.speculative_generate, tree),
-        (decode.autoregressive_generate, {}),
-    ):
-        function(
-            setup.verifier,
-            setup.draft,
-            input_ids,
-            rule=rule,
-            k=k,
-            max_new_tokens=4,
-            temperature=run.sampling.temperature,
-            top_k=run.sampling.top_k,
-            top_p=run.sampling.top_p,
-            attention_mask=mask,
-            **extra,
-        )
+    short = replace(run, max_new_tokens=4)
+    for baseline in (False, True):
+        decode_batch(setup, short, rule, k, baseline, torch.Generator(), input_ids, mask)
